@@ -1,0 +1,111 @@
+#include "client/rpc/connection.h"
+
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <sstream>
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/channel_arguments.h>
+
+#include "absl/strings/str_cat.h"
+#include "client/lib/health_codec.h"
+#include "client/lib/status_macros.h"
+
+namespace odeserve::client {
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
+  return ss.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ConnectionOptions& options,
+                                                           int index) {
+  if (options.address.empty()) return absl::InvalidArgumentError("--address is empty");
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key must be given together");
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  if (index > 0) {
+    // Distinct channel arguments plus a local subchannel pool: a separate TCP connection.
+    args.SetInt("grpc.use_local_subchannel_pool", 1);
+    args.SetInt("odeserve.channel_index", index);
+  }
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  const bool tls = options.tls || !options.tls_ca.empty() || !options.tls_cert.empty();
+  if (tls) {
+    grpc::SslCredentialsOptions ssl;
+    if (!options.tls_ca.empty()) {
+      OC_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFileToString(options.tls_ca));
+    }
+    if (!options.tls_cert.empty()) {
+      OC_ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadFileToString(options.tls_cert));
+      OC_ASSIGN_OR_RETURN(ssl.pem_private_key, ReadFileToString(options.tls_key));
+    }
+    if (!options.tls_server_name.empty()) {
+      args.SetSslTargetNameOverride(options.tls_server_name);
+    }
+    creds = grpc::SslCredentials(ssl);
+  } else {
+    creds = grpc::InsecureChannelCredentials();
+  }
+  return grpc::CreateCustomChannel(options.address, creds, args);
+}
+
+absl::Status WaitForConnected(grpc::Channel& channel, const std::string& address,
+                              absl::Duration timeout) {
+  const auto deadline =
+      std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout);
+  if (channel.WaitForConnected(deadline)) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("cannot connect to ", address, " within ",
+                                             absl::FormatDuration(timeout)));
+}
+
+void PrepareContext(grpc::ClientContext& context, const ConnectionOptions& options,
+                    std::optional<absl::Duration> deadline) {
+  if (!options.token.empty()) {
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", options.token));
+  }
+  if (deadline) {
+    context.set_deadline(std::chrono::system_clock::now() +
+                         absl::ToChronoNanoseconds(*deadline));
+  }
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+absl::StatusOr<int> CheckHealth(grpc::Channel& channel, const ConnectionOptions& options,
+                                const std::string& service, absl::Duration timeout) {
+  std::shared_ptr<grpc::Channel> shared(&channel, [](grpc::Channel*) {});
+  grpc::GenericStub stub(shared);
+  grpc::ClientContext context;
+  PrepareContext(context, options, timeout);
+  const std::string encoded = EncodeHealthCheckRequest(service);
+  grpc::Slice slice(encoded);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                 &response, [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  const grpc::Status status = done.get_future().get();
+  OC_RETURN_IF_ERROR(FromGrpc(status));
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) return absl::DataLossError("unreadable health response");
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return DecodeHealthCheckResponse(bytes);
+}
+
+}  // namespace odeserve::client

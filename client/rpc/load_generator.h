@@ -1,0 +1,60 @@
+#pragma once
+// The odeserve-bench load generator over real gRPC (callback API, one issuing thread).
+//  - open loop: Poisson arrivals at `rate`; a call is sent at its arrival time whatever the
+//    state of earlier calls (latency is measured from the scheduled arrival, so a slow client
+//    cannot hide server queueing: no coordinated omission);
+//  - closed loop: `concurrency` calls in flight; each completion starts the next call.
+// Calls scheduled in [warmup, warmup + duration) are measured.
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/lib/bench_report.h"
+#include "client/lib/budget_mix.h"
+#include "client/rpc/compute_options.h"
+#include "client/rpc/connection.h"
+
+namespace odeserve::client {
+
+struct LoadConfig {
+  ConnectionOptions connection;
+  int connections = 1;          // channels (TCP connections) to spread calls over
+  std::string method = "embed";  // embed | classify | translate
+  std::string model;
+  std::vector<std::string> inputs;  // sampled uniformly with `seed`
+  int batch = 1;                    // inputs per request
+  uint64_t seed = 1;
+  std::vector<BudgetClass> budgets{{"none", std::nullopt, 1.0}};
+  ComputeFlags compute;        // its budget is ignored: each call draws one from `budgets`
+  bool set_deadline = false;   // also set the gRPC deadline to the drawn budget
+  absl::Duration timeout = absl::Seconds(30);  // gRPC deadline otherwise
+  bool normalize = false;
+  bool truncate = true;
+  int top_k = 1;
+  int beam_size = 0;
+  double rate = 0;             // > 0: open loop at this many req/s
+  int concurrency = 1;         // closed loop
+  absl::Duration warmup = absl::Seconds(2);
+  absl::Duration duration = absl::Seconds(10);
+  absl::Duration connect_timeout = absl::Seconds(10);  // to wait for each channel at start
+  int64_t max_inflight = 20000;  // open loop: arrivals beyond this are dropped and counted
+  std::ostream* progress = nullptr;  // one line a second when set
+  std::string progress_label;
+};
+
+struct LoadResult {
+  std::vector<CallRecord> records;  // measured calls
+  double elapsed_s = 0;
+  int64_t sent = 0;     // measured calls sent
+  int64_t dropped = 0;  // measured arrivals dropped (open loop, max in-flight reached)
+};
+
+absl::Status ValidateLoadConfig(const LoadConfig& config);
+/// Connects, runs the load and returns the measured calls.
+absl::StatusOr<LoadResult> RunLoad(const LoadConfig& config);
+
+}  // namespace odeserve::client

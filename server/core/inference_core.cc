@@ -1,0 +1,347 @@
+#include "server/core/inference_core.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/time_util.h"
+#include "server/common/status_macros.h"
+#include "server/tokenizer/ngram_hash.h"
+
+namespace odeserve::core {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+google::protobuf::Duration ToProto(absl::Duration d) {
+  return TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(d));
+}
+
+absl::Duration FromProto(const google::protobuf::Duration& d) {
+  return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
+}
+
+std::string Ms(absl::Duration d) { return absl::StrFormat("%.3gms", absl::ToDoubleMilliseconds(d)); }
+
+// Finds a READY model serving `task`, or the status the caller gets.
+absl::StatusOr<const Servable*> FindServable(const ModelManager& models, const std::string& name,
+                                             v1::Task task, const std::string& method) {
+  if (name.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("model is empty; loaded models: ",
+                                                   absl::StrJoin(models.ReadyModelNames(), ", ")));
+  }
+  const ModelEntry* entry = models.Find(name);
+  if (entry == nullptr) {
+    return absl::NotFoundError(absl::StrCat("model '", name, "' not found; loaded models: ",
+                                            absl::StrJoin(models.ReadyModelNames(), ", ")));
+  }
+  if (entry->state != v1::READY) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model '", name, "' is not serving: it failed to load: ", entry->error));
+  }
+  const v1::Task model_task = entry->servable->config.task();
+  if (model_task != task) {
+    const char* right_method = model_task == v1::EMBEDDING ? "Embed"
+                               : model_task == v1::CLASSIFICATION ? "Classify" : "Translate";
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model '", name, "' is a ", v1::Task_Name(model_task), " model and cannot serve ", method,
+        "; call ", right_method, " instead"));
+  }
+  return entry->servable.get();
+}
+
+absl::Status ValidateInputs(const Servable& s,
+                            const google::protobuf::RepeatedPtrField<std::string>& inputs) {
+  const int limit = s.config.max_inputs_per_request();
+  if (inputs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("inputs is empty; send between 1 and ", limit, " strings"));
+  }
+  if (inputs.size() > limit) {
+    return absl::InvalidArgumentError(absl::StrCat("inputs has ", inputs.size(), " strings; model '",
+                                                   s.config.name(), "' accepts at most ", limit,
+                                                   " per request (max_inputs_per_request)"));
+  }
+  for (int i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].empty()) return absl::InvalidArgumentError(absl::StrCat("inputs[", i, "] is empty"));
+    if (!tokenizer::IsValidUtf8(inputs[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("inputs[", i, "] is not valid UTF-8"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateCompute(const Servable& s, const v1::ComputeOptions& compute) {
+  const auto& steps = s.config.steps();
+  const std::string& name = s.config.name();
+  if (compute.steps() != 0 && (compute.steps() < steps.min() || compute.steps() > steps.max())) {
+    return absl::InvalidArgumentError(absl::StrCat("compute.steps ", compute.steps(), " is outside model '", name,
+                                                   "' range [", steps.min(), ", ", steps.max(), "]"));
+  }
+  if (compute.min_steps() < 0 || compute.min_steps() > steps.max()) {
+    return absl::InvalidArgumentError(absl::StrCat("compute.min_steps ", compute.min_steps(), " is outside model '",
+                                                   name, "' range [0, ", steps.max(), "]"));
+  }
+  if (!v1::Solver_IsValid(compute.solver())) {
+    return absl::InvalidArgumentError(absl::StrCat("compute.solver ", compute.solver(),
+                                                   " is not a known solver (EULER, HEUN, RK4)"));
+  }
+  if (compute.solver() != v1::SOLVER_UNSPECIFIED &&
+      std::find(s.config.solvers().begin(), s.config.solvers().end(), compute.solver()) == s.config.solvers().end()) {
+    std::vector<std::string> allowed;
+    for (int solver : s.config.solvers()) allowed.push_back(v1::Solver_Name(static_cast<v1::Solver>(solver)));
+    return absl::InvalidArgumentError(absl::StrCat("compute.solver ", v1::Solver_Name(compute.solver()), " is not allowed by model '",
+                                                   name, "' (allowed: ", absl::StrJoin(allowed, ", "), ")"));
+  }
+  if (!v1::BudgetMissPolicy_IsValid(compute.on_budget_miss())) {
+    return absl::InvalidArgumentError(absl::StrCat("compute.on_budget_miss ", compute.on_budget_miss(),
+                                                   " is not a known policy (SERVE_FLOOR, REFUSE)"));
+  }
+  if (compute.has_latency_budget()) {
+    const auto& b = compute.latency_budget();
+    if (b.seconds() < 0 || b.nanos() < 0 || (b.seconds() == 0 && b.nanos() == 0) || b.nanos() >= 1000000000) {
+      return absl::InvalidArgumentError(absl::StrCat("compute.latency_budget must be > 0, got ", b.seconds(), "s ",
+                                                     b.nanos(), "ns"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<tokenizer::EncodedText>> Tokenize(
+    const Servable& s, const google::protobuf::RepeatedPtrField<std::string>& inputs, bool truncate) {
+  std::vector<tokenizer::EncodedText> rows;
+  rows.reserve(inputs.size());
+  const int limit = s.config.max_sequence_length();
+  for (int i = 0; i < inputs.size(); ++i) {
+    auto encoded = s.tokenizer->Encode(inputs[i], limit, truncate);
+    if (absl::IsOutOfRange(encoded.status())) {
+      return absl::InvalidArgumentError(absl::StrCat("inputs[", i, "] has ", encoded.status().message(), "; model '",
+                                                     s.config.name(), "' accepts at most ", limit,
+                                                     " (max_sequence_length); shorten it or set truncate=true"));
+    }
+    if (!encoded.ok()) return absl::InvalidArgumentError(absl::StrCat("inputs[", i, "]: ", encoded.status().message()));
+    rows.push_back(*std::move(encoded));
+  }
+  return rows;
+}
+
+void L2Normalize(std::vector<float>& v) {
+  double norm = 0;
+  for (float x : v) norm += double(x) * x;
+  norm = std::sqrt(norm);
+  if (norm > 0) for (float& x : v) x = static_cast<float>(x / norm);
+}
+
+std::vector<std::pair<float, int>> TopKSoftmax(const std::vector<float>& logits, int k) {
+  const float top = *std::max_element(logits.begin(), logits.end());
+  std::vector<std::pair<float, int>> scored;
+  double total = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const double e = std::exp(double(logits[i]) - top);
+    total += e;
+    scored.emplace_back(static_cast<float>(e), static_cast<int>(i));
+  }
+  for (auto& [score, index] : scored) score = static_cast<float>(score / total);
+  k = std::min<int>(k, scored.size());
+  std::partial_sort(scored.begin(), scored.begin() + k, scored.end(),
+                    [](const auto& a, const auto& b) { return a.first > b.first; });
+  scored.resize(k);
+  return scored;
+}
+
+v1::StepChoice ToProto(scheduler::StepChoiceKind kind) {
+  switch (kind) {
+    case scheduler::StepChoiceKind::kRequested: return v1::REQUESTED;
+    case scheduler::StepChoiceKind::kModelDefault: return v1::MODEL_DEFAULT;
+    case scheduler::StepChoiceKind::kBudget: return v1::BUDGET;
+    case scheduler::StepChoiceKind::kBudgetFloor: return v1::BUDGET_FLOOR;
+  }
+  return v1::STEP_CHOICE_UNSPECIFIED;
+}
+
+}  // namespace
+
+InferenceCore::InferenceCore(ModelManager* models, metrics::Metrics* metrics)
+    : models_(models), metrics_(metrics) {}
+
+absl::Status InferenceCore::Admission() const {
+  if (!ready_.load(std::memory_order_acquire)) {
+    return absl::UnavailableError("server is starting: models are still loading; retry shortly");
+  }
+  if (draining()) return absl::UnavailableError("server is shutting down; retry on another replica");
+  return absl::OkStatus();
+}
+
+Completion InferenceCore::Track(const std::string& model, const std::string& method,
+                                absl::Time received, Completion done) {
+  // Unknown model names are not used as metric labels (unbounded cardinality).
+  const ModelEntry* entry = models_->Find(model);
+  const std::string label = entry != nullptr ? model : "";
+  metrics::ModelMetrics* model_metrics = entry && entry->servable ? entry->servable->metrics : nullptr;
+  in_flight_.fetch_add(1);
+  if (model_metrics) model_metrics->in_flight().Increment();
+  return [this, label, method, received, model_metrics, done = std::move(done)](absl::Status status) {
+    metrics_->RecordRequest(label, method, absl::StatusCodeToString(status.code()),
+                            absl::ToDoubleSeconds(absl::Now() - received));
+    if (model_metrics) model_metrics->in_flight().Decrement();
+    in_flight_.fetch_sub(1);
+    done(std::move(status));
+  };
+}
+
+void InferenceCore::RunEncoder(const CallContext& call, v1::Task task, const std::string& method,
+                               const std::string& model,
+                               const google::protobuf::RepeatedPtrField<std::string>& inputs,
+                               const v1::ComputeOptions& compute, bool truncate,
+                               std::function<void(const Servable&, std::vector<std::vector<float>>&)> fill,
+                               v1::ComputeReport* report, Completion done_untracked) {
+  if (auto admission = Admission(); !admission.ok()) return done_untracked(admission);
+  Completion done = Track(model, method, call.received, std::move(done_untracked));
+  auto servable_or = FindServable(*models_, model, task, method);
+  if (!servable_or.ok()) return done(servable_or.status());
+  const Servable& s = **servable_or;
+  if (auto status = ValidateInputs(s, inputs); !status.ok()) return done(status);
+  if (auto status = ValidateCompute(s, compute); !status.ok()) return done(status);
+  auto rows_or = Tokenize(s, inputs, truncate);
+  if (!rows_or.ok()) return done(rows_or.status());
+
+  // The budget is the explicit latency_budget, else the client's deadline; time already spent
+  // in the server counts against it.
+  std::optional<absl::Duration> budget;
+  if (compute.has_latency_budget()) {
+    budget = FromProto(compute.latency_budget());
+  } else if (call.deadline != absl::InfiniteFuture()) {
+    budget = call.deadline - call.received;
+  }
+  scheduler::PlanRequest plan_request;
+  plan_request.rows = static_cast<int>(rows_or->size());
+  size_t longest = 0;
+  int tokens = 0, truncated = 0;
+  for (const auto& row : *rows_or) {
+    longest = std::max(longest, row.ids.size());
+    tokens += static_cast<int>(row.ids.size());
+    truncated += row.truncated ? 1 : 0;
+  }
+  plan_request.padded_tokens = static_cast<int64_t>(longest) * plan_request.rows;
+  plan_request.steps = compute.steps();
+  if (compute.solver() != v1::SOLVER_UNSPECIFIED) plan_request.solver = ToSchedulerSolver(compute.solver());
+  const absl::Duration spent = absl::Now() - call.received;
+  if (budget) plan_request.budget = *budget - spent;
+  plan_request.min_steps = compute.min_steps();
+  plan_request.miss_policy = compute.on_budget_miss() == v1::REFUSE ? scheduler::MissPolicy::kRefuse
+                                                                     : scheduler::MissPolicy::kServeFloor;
+  auto plan_or = s.scheduler->MakePlan(plan_request);
+  if (!plan_or.ok()) {
+    s.metrics->ObserveBudget("refused");
+    return done(plan_or.status());
+  }
+  const scheduler::Plan plan = *plan_or;
+
+  report->set_steps(plan.steps);
+  report->set_solver(ToProtoSolver(plan.solver));
+  report->set_step_size(static_cast<float>(double(s.config.trained_depth()) / plan.steps));
+  report->set_field_evaluations(plan.steps * scheduler::EvaluationsPerStep(plan.solver));
+  report->set_step_choice(ToProto(plan.choice));
+  report->set_device(s.device);
+  report->set_tokens(tokens);
+  report->set_truncated_inputs(truncated);
+  *report->mutable_predicted_time() = ToProto(spent + plan.predicted_total);
+  report->set_budget_set(budget.has_value());
+  if (budget) *report->mutable_budget() = ToProto(*budget);
+
+  auto item = std::make_unique<scheduler::WorkItem>();
+  item->rows = *std::move(rows_or);
+  item->steps = plan.steps;
+  item->solver = plan.solver;
+  item->deadline = call.deadline;
+  item->cancelled = call.cancelled;
+  const absl::Time received = call.received;
+  const Servable* servable = &s;
+  item->done = [servable, report, received, budget, tokens, fill = std::move(fill),
+                done](absl::StatusOr<scheduler::WorkResult> result) mutable {
+    if (!result.ok()) return done(result.status());
+    fill(*servable, result->outputs);
+    const absl::Duration total = absl::Now() - received;
+    *report->mutable_queue_time() = ToProto(result->queue_time);
+    *report->mutable_compute_time() = ToProto(result->compute_time);
+    *report->mutable_total_time() = ToProto(total);
+    report->set_batch_size(result->batch_rows);
+    const bool met = !budget.has_value() || total <= *budget;
+    report->set_budget_met(met);
+    servable->metrics->ObserveCall(absl::ToDoubleSeconds(result->queue_time),
+                                   absl::ToDoubleSeconds(result->compute_time), report->steps(), tokens);
+    if (budget) servable->metrics->ObserveBudget(met ? "met" : "missed");
+    done(absl::OkStatus());
+  };
+  if (auto status = s.scheduler->Submit(std::move(item)); !status.ok()) done(status);
+}
+
+void InferenceCore::Embed(const CallContext& call, const v1::EmbedRequest& request,
+                          v1::EmbedResponse* response, Completion done) {
+  response->set_model(request.model());
+  const bool normalize = request.normalize();
+  auto fill = [response, normalize](const Servable&, std::vector<std::vector<float>>& outputs) {
+    for (auto& output : outputs) {
+      if (normalize) L2Normalize(output);
+      response->add_embeddings()->mutable_values()->Add(output.begin(), output.end());
+    }
+  };
+  RunEncoder(call, v1::EMBEDDING, "Embed", request.model(), request.inputs(), request.compute(),
+             request.truncate(), std::move(fill), response->mutable_report(), std::move(done));
+}
+
+void InferenceCore::Classify(const CallContext& call, const v1::ClassifyRequest& request,
+                             v1::ClassifyResponse* response, Completion done) {
+  response->set_model(request.model());
+  if (auto admission = Admission(); !admission.ok()) return done(admission);
+  if (request.top_k() < 0) {
+    Track(request.model(), "Classify", call.received, std::move(done))(
+        absl::InvalidArgumentError(absl::StrCat("top_k must be >= 0, got ", request.top_k())));
+    return;
+  }
+  const int top_k = std::max(1, request.top_k());
+  auto fill = [response, top_k](const Servable& s, std::vector<std::vector<float>>& outputs) {
+    for (const auto& logits : outputs) {
+      auto* result = response->add_results();
+      for (const auto& [score, index] : TopKSoftmax(logits, top_k)) {
+        auto* label = result->add_labels();
+        label->set_label(s.config.labels(index));
+        label->set_score(score);
+      }
+    }
+  };
+  RunEncoder(call, v1::CLASSIFICATION, "Classify", request.model(), request.inputs(),
+             request.compute(), request.truncate(), std::move(fill), response->mutable_report(),
+             std::move(done));
+}
+
+void InferenceCore::Translate(const CallContext& call, const v1::TranslateRequest& request,
+                              v1::TranslateResponse* response, Completion done) {
+  if (auto admission = Admission(); !admission.ok()) return done(admission);
+  Completion tracked = Track(request.model(), "Translate", call.received, std::move(done));
+  auto servable = FindServable(*models_, request.model(), v1::TRANSLATION, "Translate");
+  if (!servable.ok()) return tracked(servable.status());
+  tracked(absl::UnimplementedError("Translate is not implemented by this server version"));
+}
+
+absl::Status InferenceCore::ListModels(const v1::ListModelsRequest&, v1::ListModelsResponse* response) {
+  RETURN_IF_ERROR(Admission());
+  for (const ModelEntry* entry : models_->List()) *response->add_models() = ModelManager::Describe(*entry);
+  return absl::OkStatus();
+}
+
+absl::Status InferenceCore::GetModel(const v1::GetModelRequest& request, v1::GetModelResponse* response) {
+  RETURN_IF_ERROR(Admission());
+  if (request.name().empty()) return absl::InvalidArgumentError("name is empty");
+  const ModelEntry* entry = models_->Find(request.name());
+  if (entry == nullptr) {
+    return absl::NotFoundError(absl::StrCat("model '", request.name(), "' not found; loaded models: ",
+                                            absl::StrJoin(models_->ReadyModelNames(), ", ")));
+  }
+  *response->mutable_model() = ModelManager::Describe(*entry);
+  return absl::OkStatus();
+}
+
+}  // namespace odeserve::core

@@ -1,0 +1,68 @@
+#pragma once
+// The request pipeline behind the RPCs, free of gRPC types: validate, tokenize, choose steps,
+// queue, and build the response. Every outcome is an absl::Status; the rpc layer maps it once.
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "odeserve/v1/inference.pb.h"
+#include "server/core/model_manager.h"
+#include "server/metrics/metrics.h"
+
+namespace odeserve::core {
+
+/// What the transport knows about a call.
+struct CallContext {
+  absl::Time received = absl::Now();
+  absl::Time deadline = absl::InfiniteFuture();  // the client's deadline, if it set one
+  std::function<bool()> cancelled;               // optional; true once the client gave up
+};
+
+/// Called exactly once per call, possibly on another thread, after the response is filled.
+using Completion = std::function<void(absl::Status)>;
+
+class InferenceCore {
+ public:
+  InferenceCore(ModelManager* models, metrics::Metrics* metrics);
+
+  void Embed(const CallContext& call, const v1::EmbedRequest& request, v1::EmbedResponse* response,
+             Completion done);
+  void Classify(const CallContext& call, const v1::ClassifyRequest& request,
+                v1::ClassifyResponse* response, Completion done);
+  void Translate(const CallContext& call, const v1::TranslateRequest& request,
+                 v1::TranslateResponse* response, Completion done);
+  absl::Status ListModels(const v1::ListModelsRequest& request, v1::ListModelsResponse* response);
+  absl::Status GetModel(const v1::GetModelRequest& request, v1::GetModelResponse* response);
+
+  /// Until this is called every call fails with UNAVAILABLE (models are still loading).
+  void SetReady() { ready_.store(true, std::memory_order_release); }
+  /// From now on new calls fail with UNAVAILABLE; calls already accepted finish.
+  void StartDraining() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+  int in_flight() const { return in_flight_.load(); }
+
+ private:
+  struct EncoderCall;
+  void RunEncoder(const CallContext& call, v1::Task task, const std::string& method,
+                  const std::string& model, const google::protobuf::RepeatedPtrField<std::string>& inputs,
+                  const v1::ComputeOptions& compute, bool truncate,
+                  std::function<void(const Servable&, std::vector<std::vector<float>>&)> fill,
+                  v1::ComputeReport* report, Completion done);
+  /// Wraps `done` so that the call is counted in metrics and in-flight exactly once.
+  Completion Track(const std::string& model, const std::string& method, absl::Time received,
+                   Completion done);
+
+  ModelManager* const models_;
+  metrics::Metrics* const metrics_;
+  /// OK when calls may be served; UNAVAILABLE while starting or draining.
+  absl::Status Admission() const;
+
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<int> in_flight_{0};
+};
+
+}  // namespace odeserve::core

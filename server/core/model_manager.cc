@@ -1,0 +1,266 @@
+#include "server/core/model_manager.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/common/log.h"
+#include "server/common/status_macros.h"
+#include "server/repository/model_config.h"
+#include "server/runtime/torch_executor.h"
+
+namespace odeserve::core {
+namespace fs = std::filesystem;
+
+scheduler::Solver ToSchedulerSolver(v1::Solver solver) {
+  switch (solver) {
+    case v1::HEUN: return scheduler::Solver::kHeun;
+    case v1::RK4: return scheduler::Solver::kRk4;
+    default: return scheduler::Solver::kEuler;
+  }
+}
+
+v1::Solver ToProtoSolver(scheduler::Solver solver) {
+  switch (solver) {
+    case scheduler::Solver::kHeun: return v1::HEUN;
+    case scheduler::Solver::kRk4: return v1::RK4;
+    default: return v1::EULER;
+  }
+}
+
+namespace {
+
+// Text used to build warm-up rows of realistic token statistics.
+constexpr char kWarmupText[] =
+    "library for reading and writing compressed archives with a command line tool and python "
+    "bindings; includes documentation, examples and development headers for building programs ";
+
+tokenizer::EncodedText WarmupRow(const tokenizer::Tokenizer& tok, int length) {
+  std::string text;
+  while (text.size() < static_cast<size_t>(length) * 8) text += kWarmupText;
+  auto encoded = tok.Encode(text, length, /*truncate=*/true);
+  return encoded.ok() ? *std::move(encoded) : tokenizer::EncodedText{};
+}
+
+std::vector<scheduler::StepCandidate> CandidatesFromProfile(const v1::ModelConfig& config,
+                                                            const v1::QualityProfile& profile) {
+  std::vector<scheduler::StepCandidate> candidates;
+  for (const auto& point : profile.points()) {
+    if (!profile.primary_metric().empty() && point.metric() != profile.primary_metric()) continue;
+    if (point.steps() < config.steps().min() || point.steps() > config.steps().max()) continue;
+    candidates.push_back({ToSchedulerSolver(point.solver()), point.steps(), point.value()});
+  }
+  return candidates;
+}
+
+}  // namespace
+
+ModelManager::ModelManager(ModelManagerOptions options)
+    : options_(std::move(options)),
+      gate_(std::make_shared<scheduler::ComputeGate>(std::max(1, options_.compute_slots))) {}
+
+ModelManager::~ModelManager() { StopAll(); }
+
+absl::Status ModelManager::LoadAll() {
+  ASSIGN_OR_RETURN(const std::vector<fs::path> folders,
+                   repository::ListModelFolders(options_.repository));
+  if (folders.empty()) {
+    LogWarning(absl::StrCat("model repository ", options_.repository.string(), " holds no model folders"));
+  }
+  for (const auto& dir : folders) {
+    auto entry = std::make_unique<ModelEntry>();
+    entry->name = dir.filename().string();
+    entry->dir = dir;
+    const auto started = std::chrono::steady_clock::now();
+    auto servable = LoadModel(dir);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (servable.ok()) {
+      entry->state = v1::READY;
+      entry->servable = *std::move(servable);
+      const auto& config = entry->servable->config;
+      entry->servable->metrics = options_.metrics->AddModel(
+          entry->name, config.version(), v1::Task_Name(config.task()), config.family(),
+          entry->servable->device, seconds);
+      LogInfo(absl::StrCat("model ", entry->name, " READY: task=", v1::Task_Name(config.task()),
+                           " family=", config.family(), " L=", config.trained_depth(), " steps=[",
+                           config.steps().min(), ",", config.steps().max(), "] params=",
+                           entry->servable->model->parameter_count(), " device=",
+                           entry->servable->device, " load=", absl::StrFormat("%.2fs", seconds)));
+    } else {
+      entry->state = v1::FAILED;
+      entry->error = std::string(servable.status().message());
+      LogError(absl::StrCat("model ", entry->name, " FAILED to load: ", entry->error));
+    }
+    models_[entry->name] = std::move(entry);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path& dir) {
+  auto servable = std::make_unique<Servable>();
+  ASSIGN_OR_RETURN(servable->config, repository::LoadModelConfig(dir));
+  ASSIGN_OR_RETURN(servable->profile, repository::LoadQualityProfile(servable->config, dir));
+  const v1::ModelConfig& config = servable->config;
+
+  tokenizer::TokenizerOptions tok_options;
+  tok_options.add_bos = config.tokenizer().add_bos();
+  tok_options.add_eos = config.tokenizer().add_eos();
+  tok_options.hashed = config.tokenizer().input_kind() == v1::HASHED_NGRAMS;
+  tok_options.hash.dim = config.tokenizer().hash().dim();
+  tok_options.hash.seed = config.tokenizer().hash().seed();
+  tok_options.hash.orders.assign(config.tokenizer().hash().ngram_orders().begin(),
+                                 config.tokenizer().hash().ngram_orders().end());
+  ASSIGN_OR_RETURN(servable->tokenizer,
+                   tokenizer::Tokenizer::Load((dir / config.tokenizer().model_file()).string(), tok_options));
+
+  ASSIGN_OR_RETURN(const torch::Device device, runtime::ParseDevice(options_.device));
+  servable->device = device.str();
+  ASSIGN_OR_RETURN(std::unique_ptr<runtime::TorchModel> model,
+                   runtime::TorchModel::Load((dir / config.torchscript_file()).string(), device,
+                                             config.trained_depth()));
+  servable->model = std::move(model);
+  servable->size_bytes = repository::FolderSizeBytes(dir);
+
+  runtime::InputLayout layout;
+  layout.hashed = tok_options.hashed;
+  layout.feature_dim = tok_options.hash.dim;
+  layout.pad_id = servable->tokenizer->pad_id();
+  auto executor = std::make_shared<runtime::TorchExecutor>(servable->model, layout);
+
+  // Probe the module once: its output width must match what the config promises.
+  const tokenizer::EncodedText probe = WarmupRow(*servable->tokenizer, std::min(8, config.max_sequence_length()));
+  if (probe.ids.empty()) return absl::InvalidArgumentError(absl::StrCat(dir.string(), ": tokenizer produced no tokens for the probe text"));
+  scheduler::ExecBatch probe_batch;
+  probe_batch.rows.push_back({&probe, 1});
+  int width = -1;
+  ASSIGN_OR_RETURN(auto probe_stats, executor->Run(probe_batch,
+      [&](size_t, absl::Span<const float> out) { width = static_cast<int>(out.size()); },
+      [](size_t) { return false; }));
+  (void)probe_stats;
+  const fs::path model_file = dir / config.torchscript_file();
+  if (config.task() == v1::CLASSIFICATION && width != config.labels_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(model_file.string(), ": output_stage produces ", width,
+                                                   " logits but config.pbtxt lists ", config.labels_size(), " labels"));
+  }
+  if (config.task() == v1::EMBEDDING && width != config.embedding_dimension()) {
+    return absl::InvalidArgumentError(absl::StrCat(model_file.string(), ": output_stage produces ", width,
+                                                   "-dim embeddings but config.pbtxt says embedding_dimension ",
+                                                   config.embedding_dimension()));
+  }
+  servable->output_width = width;
+
+  scheduler::SchedulerOptions sched;
+  sched.model_name = config.name();
+  sched.max_batch_size = config.batching().max_batch_size();
+  sched.max_batch_tokens = config.batching().max_batch_tokens();
+  sched.max_queue_delay = absl::Microseconds(config.batching().max_queue_delay_us());
+  sched.max_queue_size = config.batching().max_queue_size();
+  sched.min_steps = config.steps().min();
+  sched.max_steps = config.steps().max();
+  sched.default_steps = config.steps().default_steps();
+  sched.trained_depth = config.trained_depth();
+  sched.solvers.clear();
+  for (int solver : config.solvers()) sched.solvers.push_back(ToSchedulerSolver(static_cast<v1::Solver>(solver)));
+  sched.candidates = CandidatesFromProfile(config, servable->profile);
+  sched.gate = gate_;
+  servable->scheduler = std::make_unique<scheduler::ModelScheduler>(sched, executor);
+
+  if (options_.calibrate) {
+    // Warm-up over the shapes that matter: batch size, padded length and field evaluations.
+    const int max_len = config.max_sequence_length();
+    const int max_batch = config.batching().max_batch_size();
+    std::vector<tokenizer::EncodedText> rows_short, rows_long;
+    const int short_len = std::min(16, max_len);
+    const int long_len = std::min(64, max_len);
+    for (int i = 0; i < max_batch; ++i) {
+      rows_short.push_back(WarmupRow(*servable->tokenizer, short_len));
+      rows_long.push_back(WarmupRow(*servable->tokenizer, long_len));
+    }
+    const int depth = config.trained_depth();
+    struct Shape { int rows; bool long_rows; int steps; };
+    const int mid = std::max(1, max_batch / 4);
+    const std::vector<Shape> shapes = {
+        {1, false, 1}, {1, false, 1},  // discarded below: first calls pay one-time costs
+        {1, false, 1}, {1, false, depth}, {1, true, 1}, {1, true, depth},
+        {mid, false, depth}, {mid, true, 1}, {max_batch, false, 1}, {max_batch, true, std::max(1, depth / 2)}};
+    std::vector<scheduler::ExecBatch> warmup, calibration;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      scheduler::ExecBatch batch;
+      const auto& rows = shapes[i].long_rows ? rows_long : rows_short;
+      for (int r = 0; r < shapes[i].rows; ++r) batch.rows.push_back({&rows[r], shapes[i].steps});
+      (i < 2 ? warmup : calibration).push_back(std::move(batch));
+    }
+    for (const auto& batch : warmup) {
+      RETURN_IF_ERROR(executor->Run(batch, [](size_t, absl::Span<const float>) {}, [](size_t) { return false; }).status());
+    }
+    RETURN_IF_ERROR(servable->scheduler->Calibrate(calibration));
+  }
+  return servable;
+}
+
+void ModelManager::StopAll() {
+  for (auto& [name, entry] : models_) {
+    if (entry->servable && entry->servable->scheduler) entry->servable->scheduler->Stop();
+  }
+}
+
+const ModelEntry* ModelManager::Find(const std::string& name) const {
+  const auto it = models_.find(name);
+  return it == models_.end() ? nullptr : it->second.get();
+}
+
+std::vector<const ModelEntry*> ModelManager::List() const {
+  std::vector<const ModelEntry*> entries;
+  for (const auto& [name, entry] : models_) entries.push_back(entry.get());
+  return entries;
+}
+
+std::vector<std::string> ModelManager::ReadyModelNames() const {
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : models_) {
+    if (entry->state == v1::READY) names.push_back(name);
+  }
+  return names;
+}
+
+v1::ModelInfo ModelManager::Describe(const ModelEntry& entry) {
+  v1::ModelInfo info;
+  info.set_name(entry.name);
+  info.set_state(entry.state);
+  info.set_error(entry.error);
+  if (!entry.servable) return info;
+  const Servable& s = *entry.servable;
+  const v1::ModelConfig& c = s.config;
+  info.set_task(c.task());
+  info.set_version(c.version());
+  info.set_family(c.family());
+  info.set_description(c.description());
+  *info.mutable_labels() = c.labels();
+  *info.mutable_languages() = c.languages();
+  info.set_embedding_dimension(c.task() == v1::EMBEDDING ? s.output_width : c.embedding_dimension());
+  info.set_hidden_size(c.hidden_size());
+  info.set_trained_depth(c.trained_depth());
+  for (int solver : c.solvers()) info.add_solvers(static_cast<v1::Solver>(solver));
+  info.set_min_steps(c.steps().min());
+  info.set_max_steps(c.steps().max());
+  info.set_default_steps(c.steps().default_steps());
+  info.set_max_sequence_length(c.max_sequence_length());
+  info.set_max_batch_size(c.batching().max_batch_size());
+  info.set_max_inputs_per_request(c.max_inputs_per_request());
+  *info.mutable_quality_profile() = s.profile.points();
+  const auto snapshot = s.scheduler->cost_model().Snapshot();
+  auto* cost = info.mutable_cost_model();
+  cost->set_fixed_seconds(snapshot.coefficients.fixed);
+  cost->set_per_row_seconds(snapshot.coefficients.per_row);
+  cost->set_per_token_seconds(snapshot.coefficients.per_token);
+  cost->set_per_token_evaluation_seconds(snapshot.coefficients.per_token_evaluation);
+  cost->set_calibration_samples(snapshot.calibration_samples);
+  cost->set_online_samples(snapshot.online_samples);
+  cost->set_mean_abs_relative_error(snapshot.mean_abs_relative_error);
+  info.set_parameters(c.parameters() > 0 ? c.parameters() : s.model->parameter_count());
+  info.set_size_bytes(s.size_bytes);
+  info.set_device(s.device);
+  return info;
+}
+
+}  // namespace odeserve::core

@@ -1,0 +1,83 @@
+#pragma once
+// Loads every model of a repository once, validates it, calibrates its cost model, and keeps
+// it for the server's lifetime. A model that fails to load is kept as FAILED with the reason;
+// it never takes the others down. Lookups are lock-free after LoadAll().
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "odeserve/v1/inference.pb.h"
+#include "odeserve/v1/model_config.pb.h"
+#include "server/metrics/metrics.h"
+#include "server/runtime/torch_model.h"
+#include "server/scheduler/model_scheduler.h"
+#include "server/tokenizer/tokenizer.h"
+
+namespace odeserve::core {
+
+/// One loaded model: its config, tokenizer, LibTorch module and scheduler.
+struct Servable {
+  v1::ModelConfig config;
+  v1::QualityProfile profile;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  std::shared_ptr<runtime::TorchModel> model;
+  std::unique_ptr<scheduler::ModelScheduler> scheduler;
+  metrics::ModelMetrics* metrics = nullptr;
+  int64_t size_bytes = 0;
+  int output_width = 0;  // embedding dimension or number of labels, as the module produced it
+  std::string device;
+};
+
+struct ModelEntry {
+  std::string name;
+  std::filesystem::path dir;
+  v1::ModelState state = v1::MODEL_STATE_UNSPECIFIED;
+  std::string error;                    // FAILED: why
+  std::unique_ptr<Servable> servable;   // READY only
+};
+
+struct ModelManagerOptions {
+  std::filesystem::path repository;
+  std::string device = "cpu";
+  int compute_slots = 1;               // batches computing at once, across models
+  bool calibrate = true;               // run the cost-model warm-up at load
+  metrics::Metrics* metrics = nullptr; // required
+};
+
+class ModelManager {
+ public:
+  explicit ModelManager(ModelManagerOptions options);
+  ~ModelManager();
+
+  /// Loads every model folder. Fails only if the repository itself cannot be read or the device
+  /// does not exist; individual broken models are logged and kept as FAILED.
+  absl::Status LoadAll();
+
+  /// The entry for `name`, or null.
+  const ModelEntry* Find(const std::string& name) const;
+  std::vector<const ModelEntry*> List() const;
+  std::vector<std::string> ReadyModelNames() const;
+
+  /// Stops every scheduler after its queue drains.
+  void StopAll();
+
+  /// Metadata for ListModels/GetModel.
+  static v1::ModelInfo Describe(const ModelEntry& entry);
+
+ private:
+  absl::StatusOr<std::unique_ptr<Servable>> LoadModel(const std::filesystem::path& dir);
+
+  ModelManagerOptions options_;
+  std::shared_ptr<scheduler::ComputeGate> gate_;
+  std::map<std::string, std::unique_ptr<ModelEntry>> models_;
+};
+
+/// scheduler::Solver <-> v1::Solver.
+scheduler::Solver ToSchedulerSolver(v1::Solver solver);
+v1::Solver ToProtoSolver(scheduler::Solver solver);
+
+}  // namespace odeserve::core

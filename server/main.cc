@@ -1,0 +1,170 @@
+// odeserve: serves parameter-shared encoders over gRPC, choosing ODE solver steps per request.
+//
+// Start-up: metrics exposer, gRPC server (health "" SERVING, odeserve.v1.Inference NOT_SERVING),
+// model loading, then readiness. SIGTERM/SIGINT: health NOT_SERVING, new calls UNAVAILABLE,
+// in-flight calls finish within --drain_timeout, exit 0.
+
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <torch/version.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "server/common/log.h"
+#include "server/core/inference_core.h"
+#include "server/core/model_manager.h"
+#include "server/metrics/metrics.h"
+#include "server/rpc/inference_service.h"
+#include "server/runtime/threading.h"
+#include "server/rpc/security.h"
+
+ABSL_FLAG(std::string, grpc_address, "0.0.0.0", "Address the gRPC server binds.");
+ABSL_FLAG(int, grpc_port, 8500, "gRPC port (0 = pick a free one; see --port_file).");
+ABSL_FLAG(std::string, metrics_address, "0.0.0.0", "Address the /metrics HTTP server binds.");
+ABSL_FLAG(int, metrics_port, 8501, "HTTP port of /metrics (0 = pick a free one; -1 = off).");
+ABSL_FLAG(std::string, model_repository, "",
+          "Model repository folder (default: the bundled models/repository).");
+ABSL_FLAG(std::string, device, "cpu", "Device for every model: cpu, cuda or cuda:N.");
+ABSL_FLAG(int, intra_op_threads, 0, "LibTorch intra-op threads (0 = one per CPU).");
+ABSL_FLAG(int, compute_slots, 1, "Batches computing at once across all models.");
+ABSL_FLAG(bool, calibrate, true, "Calibrate each model's cost model with a warm-up at load.");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(20),
+          "On SIGTERM, how long in-flight calls may take to finish.");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve gRPC over TLS.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA bundle: require client certificates (mutual TLS).");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "Bearer tokens, one per line: Inference calls need 'authorization: Bearer <token>'.");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, write 'grpc_port=N\\nmetrics_port=M\\n' here once serving (for tests).");
+
+namespace odeserve {
+namespace {
+
+constexpr char kServiceName[] = "odeserve.v1.Inference";
+
+std::filesystem::path DefaultRepository() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto installed = exe.parent_path().parent_path() / "share/odeserve/models/repository";
+    if (std::filesystem::is_directory(installed, ec)) return installed;
+  }
+  return ODESERVE_SOURCE_REPOSITORY;
+}
+
+int Run() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  // Blocked before any thread starts, so every thread inherits the mask and only sigwait sees them.
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const runtime::ThreadingReport threading = runtime::ConfigureThreading(absl::GetFlag(FLAGS_intra_op_threads));
+  LogInfo(absl::StrCat("odeserve ", ODESERVE_VERSION, " (", ODESERVE_COMMIT, ") libtorch ", TORCH_VERSION,
+                       "; ", threading.summary()));
+
+  metrics::Metrics metrics({ODESERVE_VERSION, ODESERVE_COMMIT, TORCH_VERSION});
+  int metrics_port = -1;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    if (auto status = metrics.StartExposer(absl::GetFlag(FLAGS_metrics_address), absl::GetFlag(FLAGS_metrics_port));
+        !status.ok()) {
+      LogError(status.ToString());
+      return 1;
+    }
+    metrics_port = metrics.exposer_port();
+    LogInfo(absl::StrCat("metrics on http://", absl::GetFlag(FLAGS_metrics_address), ":", metrics_port, "/metrics"));
+  }
+
+  std::filesystem::path repository = absl::GetFlag(FLAGS_model_repository);
+  if (repository.empty()) repository = DefaultRepository();
+  core::ModelManager models({repository, absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_slots),
+                             absl::GetFlag(FLAGS_calibrate), &metrics});
+  core::InferenceCore inference(&models, &metrics);
+  std::unique_ptr<rpc::BearerTokenAuth> auth;
+  if (const std::string tokens = absl::GetFlag(FLAGS_auth_tokens_file); !tokens.empty()) {
+    auto loaded = rpc::BearerTokenAuth::FromFile(tokens);
+    if (!loaded.ok()) {
+      LogError(loaded.status().ToString());
+      return 1;
+    }
+    auth = *std::move(loaded);
+  }
+  rpc::InferenceService service(&inference, auth.get());
+
+  auto credentials = rpc::MakeServerCredentials(
+      {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)});
+  if (!credentials.ok()) {
+    LogError(credentials.status().ToString());
+    return 1;
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int grpc_port = 0;
+  const std::string grpc_address = absl::StrCat(absl::GetFlag(FLAGS_grpc_address), ":", absl::GetFlag(FLAGS_grpc_port));
+  builder.AddListeningPort(grpc_address, *credentials, &grpc_port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || grpc_port == 0) {
+    LogError(absl::StrCat("cannot listen for gRPC on ", grpc_address));
+    return 1;
+  }
+  auto* health = server->GetHealthCheckService();
+  health->SetServingStatus("", true);
+  health->SetServingStatus(kServiceName, false);
+  LogInfo(absl::StrCat("gRPC listening on ", absl::GetFlag(FLAGS_grpc_address), ":", grpc_port,
+                       "; loading models from ", repository.string()));
+
+  if (auto status = models.LoadAll(); !status.ok()) {
+    LogError(absl::StrCat("cannot load the model repository: ", status.ToString()));
+    server->Shutdown();
+    return 1;
+  }
+  inference.SetReady();
+  health->SetServingStatus(kServiceName, true);
+  LogInfo(absl::StrCat("serving ", models.ReadyModelNames().size(), " of ", models.List().size(), " models"));
+
+  if (const std::string port_file = absl::GetFlag(FLAGS_port_file); !port_file.empty()) {
+    const std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << "grpc_port=" << grpc_port << "\nmetrics_port=" << metrics_port << "\n";
+    std::filesystem::rename(tmp, port_file);  // atomic: readers never see half a file
+  }
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  LogInfo(absl::StrCat("signal ", signal_number, ": draining (", inference.in_flight(),
+                       " calls in flight, timeout ", absl::FormatDuration(drain_timeout), ")"));
+  health->Shutdown();  // every service NOT_SERVING, Watch streams told so
+  inference.StartDraining();
+  const absl::Time give_up = absl::Now() + drain_timeout;
+  while (inference.in_flight() > 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+  const int abandoned = inference.in_flight();
+  server->Shutdown(absl::ToChronoTime(std::max(absl::Now(), give_up)));
+  models.StopAll();
+  if (abandoned > 0) LogWarning(absl::StrCat(abandoned, " calls were still running at the drain timeout"));
+  LogInfo("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace odeserve
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("odeserve --model_repository DIR [--grpc_port 8500] [--metrics_port 8501] [--device cpu]");
+  absl::ParseCommandLine(argc, argv);
+  return odeserve::Run();
+}

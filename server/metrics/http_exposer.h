@@ -1,0 +1,38 @@
+#pragma once
+// A small HTTP/1.1 server for GET /metrics. prometheus-cpp's own exposer (CivetWeb) cannot start
+// its threads in a process that has loaded LibTorch: CivetWeb asks for a small fixed thread
+// stack that LibTorch's large static TLS no longer fits ("Cannot create threads"). Scrapes are
+// rare and tiny, so one thread serving connections one at a time with short timeouts suffices.
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+
+namespace odeserve::metrics {
+
+class HttpExposer {
+ public:
+  /// `render` produces the body of /metrics (Prometheus text format 0.0.4).
+  explicit HttpExposer(std::function<std::string()> render);
+  ~HttpExposer();
+
+  /// Binds `host:port` (port 0 = any free port) and starts serving.
+  absl::Status Start(const std::string& host, int port);
+  int port() const { return port_; }
+  void Stop();
+
+ private:
+  void Serve();
+  void HandleConnection(int fd);
+
+  std::function<std::string()> render_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+}  // namespace odeserve::metrics

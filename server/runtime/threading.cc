@@ -1,0 +1,56 @@
+#include "server/runtime/threading.h"
+
+#include <dlfcn.h>
+
+#include <thread>
+
+#include <ATen/Parallel.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace odeserve::runtime {
+
+std::string ThreadingReport::summary() const {
+  return absl::StrCat("intra_op_threads=", intra_op_threads, " inter_op_threads=", inter_op_threads,
+                      " openblas=", openblas_found ? absl::StrCat("threads:", openblas_threads,
+                                                                  " core:", openblas_core)
+                                                   : "not loaded");
+}
+
+ThreadingReport ConfigureThreading(int intra_op_threads) {
+  ThreadingReport report;
+  if (intra_op_threads <= 0) intra_op_threads = std::max(1u, std::thread::hardware_concurrency());
+  // The inter-op pool can only be sized before its first use; a second call must not throw.
+  try {
+    at::set_num_interop_threads(1);
+  } catch (const std::exception&) {
+  }
+  at::set_num_threads(intra_op_threads);
+  // The profiling executor re-specializes a method for every new input shape it meets, so the
+  // first batch of each (rows, length) pays milliseconds of compilation: latency would depend
+  // on history and the cost model could not predict it. Serving runs the graphs as scripted.
+  torch::jit::setGraphExecutorOptimize(false);
+  report.intra_op_threads = at::get_num_threads();
+  report.inter_op_threads = at::get_num_interop_threads();
+
+  using SetThreads = void (*)(int);
+  using GetInt = int (*)();
+  using GetString = char* (*)();
+  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    set(1);
+    report.openblas_found = true;
+    if (auto get = reinterpret_cast<GetInt>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"))) {
+      report.openblas_threads = get();
+    }
+    if (auto core = reinterpret_cast<GetString>(dlsym(RTLD_DEFAULT, "openblas_get_corename"))) {
+      report.openblas_core = core();
+    }
+    if (auto config = reinterpret_cast<GetString>(dlsym(RTLD_DEFAULT, "openblas_get_config"))) {
+      report.openblas_config = config();
+    }
+  }
+  return report;
+}
+
+}  // namespace odeserve::runtime

@@ -1,0 +1,25 @@
+#pragma once
+// CPU threading for LibTorch. OpenBLAS's own thread pool fights LibTorch's intra-op threads
+// (a 3x loss at batch 1 on a 2-core machine), so the server pins OpenBLAS to one thread and lets
+// LibTorch own the parallelism.
+
+#include <string>
+
+namespace odeserve::runtime {
+
+struct ThreadingReport {
+  int intra_op_threads = 0;
+  int inter_op_threads = 0;
+  bool openblas_found = false;
+  int openblas_threads = 0;        // after pinning
+  std::string openblas_core;       // kernel family OpenBLAS chose (e.g. "Haswell", "SkylakeX")
+  std::string openblas_config;
+  std::string summary() const;
+};
+
+/// Sets LibTorch's intra-op threads (0 = one per hardware thread), inter-op threads to 1 and
+/// OpenBLAS to one thread (found with dlsym, so any BLAS works), and turns off TorchScript's
+/// per-shape graph re-optimization. Call once, before any model runs.
+ThreadingReport ConfigureThreading(int intra_op_threads);
+
+}  // namespace odeserve::runtime

@@ -1,0 +1,37 @@
+#pragma once
+// Runs scheduler batches on a TorchModel: pads rows into tensors, runs the input stage, steps
+// every row through the shared block with its own dt = L / steps, and hands each row to the
+// scheduler the moment its steps are done; finished and abandoned rows leave the batch, and
+// the batch is re-trimmed to its longest remaining row.
+
+#include <memory>
+
+#include "server/runtime/torch_model.h"
+#include "server/scheduler/executor.h"
+
+namespace odeserve::runtime {
+
+struct InputLayout {
+  bool hashed = false;  // float [B, T, feature_dim] features instead of int64 [B, T] ids
+  int feature_dim = 0;
+  int64_t pad_id = 0;
+};
+
+class TorchExecutor : public scheduler::BatchExecutor {
+ public:
+  TorchExecutor(std::shared_ptr<TorchModel> model, InputLayout layout);
+
+  absl::StatusOr<scheduler::ExecStats> Run(const scheduler::ExecBatch& batch,
+                                           const scheduler::RowDoneFn& on_done,
+                                           const scheduler::RowAbandonedFn& abandoned) override;
+
+  /// Builds the padded input tensors (on the model's device) for `rows`.
+  std::pair<torch::Tensor, torch::Tensor> MakeInputs(
+      const std::vector<scheduler::ExecRow>& rows) const;
+
+ private:
+  std::shared_ptr<TorchModel> model_;
+  InputLayout layout_;
+};
+
+}  // namespace odeserve::runtime

@@ -1,0 +1,115 @@
+#include "server/runtime/torch_model.h"
+
+#include <torch/cuda.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+
+namespace odeserve::runtime {
+namespace {
+
+constexpr const char* kRequiredMethods[] = {"input_stage", "vector_field", "output_stage",
+                                            "forward"};
+
+}  // namespace
+
+absl::StatusOr<torch::Device> ParseDevice(const std::string& spec) {
+  if (spec == "cpu") return torch::Device(torch::kCPU);
+  if (spec == "cuda" || absl::StartsWith(spec, "cuda:")) {
+    int index = 0;
+    if (spec.size() > 5 && !absl::SimpleAtoi(spec.substr(5), &index)) {
+      return absl::InvalidArgumentError(absl::StrCat("--device '", spec, "': bad CUDA index"));
+    }
+    if (!torch::cuda::is_available()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--device '", spec, "': this LibTorch build sees no CUDA device (CPU-only build or no GPU)"));
+    }
+    if (index < 0 || index >= static_cast<int>(torch::cuda::device_count())) {
+      return absl::InvalidArgumentError(absl::StrCat("--device '", spec, "': only ",
+                                                     torch::cuda::device_count(), " CUDA devices"));
+    }
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--device '", spec, "': expected cpu, cuda or cuda:N"));
+}
+
+TorchModel::TorchModel(torch::jit::Module module, torch::Device device, int trained_depth)
+    : module_(std::move(module)),
+      input_stage_(module_.get_method("input_stage")),
+      vector_field_(module_.get_method("vector_field")),
+      output_stage_(module_.get_method("output_stage")),
+      device_(device),
+      trained_depth_(trained_depth) {
+  for (const auto& parameter : module_.parameters()) parameter_count_ += parameter.numel();
+}
+
+absl::StatusOr<std::unique_ptr<TorchModel>> TorchModel::Load(const std::string& path,
+                                                             const torch::Device& device,
+                                                             int expected_trained_depth) {
+  try {
+    c10::InferenceMode guard;
+    torch::jit::Module module = torch::jit::load(path, device);
+    module.eval();
+    for (const char* method : kRequiredMethods) {
+      if (!module.find_method(method)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": TorchScript module lacks method '", method, "()'"));
+      }
+    }
+    if (!module.hasattr("trained_depth")) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": module lacks attribute 'trained_depth'"));
+    }
+    const int64_t depth = module.attr("trained_depth").toInt();
+    if (depth != expected_trained_depth) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": module trained_depth ", depth,
+                                                     " differs from config trained_depth ",
+                                                     expected_trained_depth));
+    }
+    if (module.find_method("prepare")) module.get_method("prepare")(std::vector<c10::IValue>{});
+    return std::unique_ptr<TorchModel>(new TorchModel(std::move(module), device, depth));
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot load TorchScript module: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot load TorchScript module: ", e.what()));
+  }
+}
+
+torch::Tensor TorchModel::InputStageUnchecked(const torch::Tensor& x, const torch::Tensor& mask) {
+  return input_stage_({x, mask}).toTensor();
+}
+torch::Tensor TorchModel::VectorFieldUnchecked(const torch::Tensor& h, const torch::Tensor& mask) {
+  return vector_field_({h, mask}).toTensor();
+}
+torch::Tensor TorchModel::OutputStageUnchecked(const torch::Tensor& h, const torch::Tensor& mask) {
+  return output_stage_({h, mask}).toTensor();
+}
+
+absl::StatusOr<torch::Tensor> TorchModel::Call(const char* method, const torch::Tensor& a,
+                                               const torch::Tensor& b) {
+  try {
+    c10::InferenceMode guard;
+    return module_.get_method(method)({a, b}).toTensor();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(method, "() failed: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(method, "() failed: ", e.what()));
+  }
+}
+
+absl::StatusOr<torch::Tensor> TorchModel::InputStage(const torch::Tensor& x, const torch::Tensor& mask) {
+  return Call("input_stage", x, mask);
+}
+absl::StatusOr<torch::Tensor> TorchModel::VectorField(const torch::Tensor& h, const torch::Tensor& mask) {
+  return Call("vector_field", h, mask);
+}
+absl::StatusOr<torch::Tensor> TorchModel::OutputStage(const torch::Tensor& h, const torch::Tensor& mask) {
+  return Call("output_stage", h, mask);
+}
+absl::StatusOr<torch::Tensor> TorchModel::Forward(const torch::Tensor& x, const torch::Tensor& mask) {
+  return Call("forward", x, mask);
+}
+
+}  // namespace odeserve::runtime

@@ -1,0 +1,23 @@
+#include "server/scheduler/executor.h"
+
+namespace odeserve::scheduler {
+
+int EvaluationsPerStep(Solver solver) {
+  switch (solver) {
+    case Solver::kEuler: return 1;
+    case Solver::kHeun: return 2;
+    case Solver::kRk4: return 4;
+  }
+  return 1;
+}
+
+const char* SolverName(Solver solver) {
+  switch (solver) {
+    case Solver::kEuler: return "EULER";
+    case Solver::kHeun: return "HEUN";
+    case Solver::kRk4: return "RK4";
+  }
+  return "EULER";
+}
+
+}  // namespace odeserve::scheduler

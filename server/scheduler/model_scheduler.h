@@ -1,0 +1,171 @@
+#pragma once
+// One model's scheduler: a bounded queue, a dynamic batcher and the per-request step choice.
+//
+// Requests are planned first (Plan: which solver and how many steps, from the latency budget,
+// the cost model and the queue ahead), then submitted. The batcher thread waits up to
+// max_queue_delay for a batch to fill, drops cancelled and expired work before spending compute
+// on it, and runs rows with different step counts in one batch; each request completes the
+// moment its own rows are done.
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/scheduler/cost_model.h"
+#include "server/scheduler/executor.h"
+
+namespace odeserve::scheduler {
+
+/// One measured (solver, steps) point: higher quality is better.
+struct StepCandidate {
+  Solver solver = Solver::kEuler;
+  int steps = 1;
+  double quality = 0;
+};
+
+/// Bounds the number of batches computing at once across all models (the CPU has few cores and
+/// LibTorch already uses all of them inside one batch).
+class ComputeGate {
+ public:
+  explicit ComputeGate(int slots) : free_(slots) {}
+  void Acquire();
+  void Release();
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int free_;
+};
+
+struct BatchObservation {
+  int rows = 0;
+  int64_t padded_tokens = 0;
+  double seconds = 0;
+  double predicted_seconds = 0;
+  double relative_error = 0;
+};
+
+/// Receives scheduler events (metrics). Called on the batcher thread or the submitting thread.
+class SchedulerObserver {
+ public:
+  virtual ~SchedulerObserver() = default;
+  virtual void OnQueueDepth(int queued_rows) {}
+  virtual void OnBatch(const BatchObservation& batch) {}
+};
+
+struct SchedulerOptions {
+  std::string model_name;
+  int max_batch_size = 32;
+  int max_batch_tokens = 8192;
+  absl::Duration max_queue_delay = absl::Milliseconds(2);
+  int max_queue_size = 1024;  // queued rows
+  int min_steps = 1;
+  int max_steps = 1;
+  int default_steps = 1;
+  int trained_depth = 1;
+  std::vector<Solver> solvers{Solver::kEuler};
+  /// Measured quality per (solver, steps); empty = Euler at every step count, quality = steps.
+  std::vector<StepCandidate> candidates;
+  std::shared_ptr<ComputeGate> gate;       // optional
+  SchedulerObserver* observer = nullptr;   // optional, must outlive the scheduler
+};
+
+enum class MissPolicy { kServeFloor, kRefuse };
+enum class StepChoiceKind { kRequested, kModelDefault, kBudget, kBudgetFloor };
+
+struct PlanRequest {
+  int rows = 1;
+  int64_t padded_tokens = 1;               // rows x longest row
+  int steps = 0;                           // > 0: exact (already validated)
+  std::optional<Solver> solver;
+  std::optional<absl::Duration> budget;    // remaining time the call may take
+  int min_steps = 0;
+  MissPolicy miss_policy = MissPolicy::kServeFloor;
+};
+
+struct Plan {
+  int steps = 1;
+  Solver solver = Solver::kEuler;
+  StepChoiceKind choice = StepChoiceKind::kModelDefault;
+  absl::Duration predicted_queue;
+  absl::Duration predicted_total;          // queue + compute
+};
+
+struct WorkResult {
+  std::vector<std::vector<float>> outputs;  // one per row, in submission order
+  absl::Duration queue_time;                // submitted -> its batch started
+  absl::Duration compute_time;              // its batch started -> its rows finished
+  int batch_rows = 0;                       // rows in the batch it started in
+};
+
+using WorkDone = std::function<void(absl::StatusOr<WorkResult>)>;
+
+struct WorkItem {
+  std::vector<tokenizer::EncodedText> rows;
+  int steps = 1;
+  Solver solver = Solver::kEuler;
+  absl::Time deadline = absl::InfiniteFuture();
+  std::function<bool()> cancelled;  // optional; polled from the batcher thread
+  WorkDone done;                    // called exactly once, on the batcher thread
+};
+
+class ModelScheduler {
+ public:
+  ModelScheduler(SchedulerOptions options, std::shared_ptr<BatchExecutor> executor);
+  ~ModelScheduler();  // Stop()s
+
+  /// Chooses solver and steps. DeadlineExceeded when the budget cannot be met and the policy
+  /// is kRefuse (nothing is queued or computed).
+  absl::StatusOr<Plan> MakePlan(const PlanRequest& request) const;
+
+  /// Queues `item`. On OK the scheduler owns it and calls item->done exactly once; on error
+  /// (queue full: ResourceExhausted; stopped: Unavailable) the caller keeps it and done is not
+  /// called.
+  absl::Status Submit(std::unique_ptr<WorkItem> item);
+
+  /// Runs warm-up batches straight through the executor and fits the cost model to them.
+  absl::Status Calibrate(const std::vector<ExecBatch>& batches);
+
+  /// Stops accepting work, finishes what is queued, then joins the batcher.
+  void Stop();
+
+  int queued_rows() const;
+  const CostModel& cost_model() const { return cost_model_; }
+  const SchedulerOptions& options() const { return options_; }
+  /// Predicted wait before a request submitted now would start computing.
+  absl::Duration EstimateQueueDelay() const;
+
+ private:
+  struct Entry;
+  struct RunningEntry;
+
+  void BatcherLoop();
+  std::vector<std::unique_ptr<Entry>> TakeBatchLocked(std::vector<std::unique_ptr<Entry>>& dropped);
+  void RunBatch(std::vector<std::unique_ptr<Entry>> entries);
+  absl::Duration PredictCompute(int64_t rows, int64_t tokens, int steps, Solver solver) const;
+
+  const SchedulerOptions options_;
+  const std::shared_ptr<BatchExecutor> executor_;
+  CostModel cost_model_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Entry>> queue_;
+  int queued_rows_ = 0;
+  int64_t queued_tokens_ = 0;
+  int64_t queued_token_evaluations_ = 0;
+  bool stopping_ = false;
+  absl::Time running_until_ = absl::InfinitePast();  // predicted end of the running batch
+  std::thread batcher_;
+};
+
+}  // namespace odeserve::scheduler

@@ -1,0 +1,61 @@
+#include "server/tokenizer/sentencepiece_backend.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+
+namespace odeserve::tokenizer {
+namespace {
+
+using LoadFn = SentencePieceBackend* (*)(const char*, std::string*);
+
+// Candidate locations of the shim, most specific first.
+std::vector<std::string> ShimCandidates() {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("ODESERVE_SENTENCEPIECE_SHIM")) candidates.push_back(env);
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    candidates.push_back((exe.parent_path() / ODESERVE_SHIM_NAME).string());
+    candidates.push_back((exe.parent_path().parent_path() / "lib/odeserve" / ODESERVE_SHIM_NAME).string());
+  }
+  candidates.push_back(ODESERVE_SHIM_BUILD_PATH);
+  return candidates;
+}
+
+LoadFn LoadShim(std::string* error) {
+  static std::once_flag once;
+  static LoadFn load = nullptr;
+  static std::string load_error;
+  std::call_once(once, [] {
+    std::string tried;
+    for (const auto& path : ShimCandidates()) {
+      if (access(path.c_str(), R_OK) != 0) continue;
+      void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      if (handle == nullptr) {
+        tried += std::string(" ") + dlerror();
+        continue;
+      }
+      load = reinterpret_cast<LoadFn>(dlsym(handle, "odeserve_load_sentencepiece"));
+      if (load != nullptr) return;
+      tried += " " + path + ": no odeserve_load_sentencepiece";
+    }
+    load_error = "cannot load " ODESERVE_SHIM_NAME " (set ODESERVE_SENTENCEPIECE_SHIM):" + tried;
+  });
+  if (load == nullptr) *error = load_error;
+  return load;
+}
+
+}  // namespace
+
+std::unique_ptr<SentencePieceBackend> SentencePieceBackend::Load(const std::string& path,
+                                                                 std::string* error) {
+  LoadFn load = LoadShim(error);
+  if (load == nullptr) return nullptr;
+  return std::unique_ptr<SentencePieceBackend>(load(path.c_str(), error));
+}
+
+}  // namespace odeserve::tokenizer
