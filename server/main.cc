@@ -6,6 +6,8 @@
 
 #include <signal.h>
 
+#include <csignal>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -145,6 +147,10 @@ int Run() {
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
+  // The drain is already bounded by --drain_timeout; a repeated SIGTERM (some orchestrators and
+  // impatient users send two) must not kill the process halfway through it.
+  std::signal(SIGTERM, SIG_IGN);
+  std::signal(SIGINT, SIG_IGN);
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   LogInfo(absl::StrCat("signal ", signal_number, ": draining (", inference.in_flight(),
                        " calls in flight, timeout ", absl::FormatDuration(drain_timeout), ")"));

@@ -1,0 +1,457 @@
+// End-to-end: the real odeserve binary on loopback, a test model repository of tiny models of
+// every family (plus a deliberately broken one and a slow-queue one), called over real gRPC.
+
+#include <cmath>
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "odeserve/v1/inference.grpc.pb.h"
+#include "tests/e2e/server_process.h"
+
+namespace odeserve {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using v1::ClassifyRequest;
+using v1::ClassifyResponse;
+using v1::EmbedRequest;
+using v1::EmbedResponse;
+
+constexpr int kTrainedDepth = 4;  // tiny models: L = 4, steps 1..8
+
+// Builds the e2e repository: the test models, a copy of tiny-albert whose queue holds 2 inputs
+// and waits 300 ms to fill a batch (for overload, deadline and drain tests), and a broken model.
+fs::path MakeRepository() {
+  const fs::path repo = testing::CopyToTemp(ODESERVE_TEST_REPOSITORY, "e2e-repo");
+  fs::remove(repo / ".stamp");
+  fs::copy(repo / "tiny-albert", repo / "slow-queue", fs::copy_options::recursive);
+  testing::EditConfig(repo / "slow-queue", "name: \"tiny-albert\"", "name: \"slow-queue\"");
+  testing::EditConfig(repo / "slow-queue", "max_queue_delay_us: 1000", "max_queue_delay_us: 300000");
+  testing::EditConfig(repo / "slow-queue", "max_queue_size: 64", "max_queue_size: 2");
+  fs::copy(repo / "tiny-classifier", repo / "broken-classifier", fs::copy_options::recursive);
+  testing::EditConfig(repo / "broken-classifier", "name: \"tiny-classifier\"", "name: \"broken-classifier\"");
+  testing::EditConfig(repo / "broken-classifier", "trained_depth: 4", "trained_depth: 0");
+  return repo;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    repository_ = new fs::path(MakeRepository());
+    server_ = new testing::ServerProcess(ODESERVE_BINARY, *repository_);
+    ASSERT_TRUE(server_->ok()) << server_->log();
+  }
+  static void TearDownTestSuite() {
+    if (server_ != nullptr) {
+      EXPECT_EQ(server_->Terminate(), 0) << server_->log();
+      delete server_;
+    }
+    std::error_code ec;
+    if (repository_ != nullptr) fs::remove_all(*repository_, ec);
+    delete repository_;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(server_ != nullptr && server_->ok());
+    stub_ = server_->stub();
+  }
+
+  // `deadline` zero = no gRPC deadline (which would otherwise act as the latency budget).
+  grpc::Status Embed(const EmbedRequest& request, EmbedResponse* response,
+                     std::chrono::milliseconds deadline = std::chrono::milliseconds(0)) {
+    grpc::ClientContext context;
+    if (deadline.count() > 0) context.set_deadline(std::chrono::system_clock::now() + deadline);
+    return stub_->Embed(&context, request, response);
+  }
+  grpc::Status Classify(const ClassifyRequest& request, ClassifyResponse* response) {
+    grpc::ClientContext context;
+    return stub_->Classify(&context, request, response);
+  }
+  static EmbedRequest EmbedOf(const std::string& model, std::vector<std::string> inputs) {
+    EmbedRequest request;
+    request.set_model(model);
+    for (auto& input : inputs) request.add_inputs(input);
+    return request;
+  }
+  // A good call must still succeed: bad input never takes the server down.
+  void ExpectStillServing() {
+    EmbedResponse response;
+    const auto status = Embed(EmbedOf("tiny-albert", {"still serving"}), &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.embeddings_size(), 1);
+  }
+
+  static fs::path* repository_;
+  static testing::ServerProcess* server_;
+  std::unique_ptr<v1::Inference::Stub> stub_;
+};
+
+fs::path* ServerTest::repository_ = nullptr;
+testing::ServerProcess* ServerTest::server_ = nullptr;
+
+TEST_F(ServerTest, EmbedEveryFamilyReportsRequestedStepsAndSolver) {
+  for (const std::string model : {"tiny-albert", "tiny-sharebert", "tiny-eelbert"}) {
+    for (const auto solver : {v1::EULER, v1::HEUN, v1::RK4}) {
+      EmbedRequest request = EmbedOf(model, {"a library for parsing xml files", "Bibliothek zum Lesen"});
+      request.mutable_compute()->set_steps(3);
+      request.mutable_compute()->set_solver(solver);
+      EmbedResponse response;
+      const auto status = Embed(request, &response);
+      ASSERT_TRUE(status.ok()) << model << ": " << status.error_message();
+      ASSERT_EQ(response.embeddings_size(), 2);
+      EXPECT_EQ(response.embeddings(0).values_size(), 32);
+      const auto& report = response.report();
+      EXPECT_EQ(report.steps(), 3);
+      EXPECT_EQ(report.solver(), solver);
+      EXPECT_NEAR(report.step_size(), kTrainedDepth / 3.0, 1e-5);
+      EXPECT_EQ(report.field_evaluations(), 3 * (solver == v1::EULER ? 1 : solver == v1::HEUN ? 2 : 4));
+      EXPECT_EQ(report.step_choice(), v1::REQUESTED);
+      EXPECT_EQ(report.device(), "cpu");
+      EXPECT_GE(report.batch_size(), 2);
+      EXPECT_GT(report.tokens(), 4);
+      EXPECT_GE(report.total_time().nanos() + report.total_time().seconds() * 1e9,
+                report.compute_time().nanos() + report.compute_time().seconds() * 1e9);
+    }
+  }
+}
+
+TEST_F(ServerTest, DefaultStepsAreTheTrainedDepthAndStepsChangeTheResult) {
+  EmbedResponse by_default, at_depth, at_one;
+  ASSERT_TRUE(Embed(EmbedOf("tiny-albert", {"compression library"}), &by_default).ok());
+  EmbedRequest request = EmbedOf("tiny-albert", {"compression library"});
+  request.mutable_compute()->set_steps(kTrainedDepth);
+  request.mutable_compute()->set_solver(v1::EULER);
+  ASSERT_TRUE(Embed(request, &at_depth).ok());
+  request.mutable_compute()->set_steps(1);
+  ASSERT_TRUE(Embed(request, &at_one).ok());
+  EXPECT_EQ(by_default.report().step_choice(), v1::MODEL_DEFAULT);
+  EXPECT_EQ(by_default.report().steps(), kTrainedDepth);
+  double diff_default = 0, diff_one = 0;
+  for (int i = 0; i < 32; ++i) {
+    diff_default = std::max<double>(diff_default, std::abs(by_default.embeddings(0).values(i) - at_depth.embeddings(0).values(i)));
+    diff_one = std::max<double>(diff_one, std::abs(at_one.embeddings(0).values(i) - at_depth.embeddings(0).values(i)));
+  }
+  EXPECT_LT(diff_default, 1e-5);
+  EXPECT_GT(diff_one, 1e-3);  // one big step is a different (coarser) solve
+}
+
+TEST_F(ServerTest, NormalizeGivesUnitVectors) {
+  EmbedRequest request = EmbedOf("tiny-eelbert", {"unknown glyphs ☃ 漢字 survive hashing"});
+  request.set_normalize(true);
+  EmbedResponse response;
+  ASSERT_TRUE(Embed(request, &response).ok());
+  double norm = 0;
+  for (float v : response.embeddings(0).values()) norm += double(v) * v;
+  EXPECT_NEAR(std::sqrt(norm), 1.0, 1e-5);
+}
+
+TEST_F(ServerTest, ClassifyReturnsTopKLabelsBestFirst) {
+  ClassifyRequest request;
+  request.set_model("tiny-classifier");
+  request.add_inputs("python module for numerical arrays");
+  request.set_top_k(3);
+  ClassifyResponse response;
+  const auto status = Classify(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.results_size(), 1);
+  const auto& labels = response.results(0).labels();
+  ASSERT_EQ(labels.size(), 3);
+  EXPECT_GE(labels[0].score(), labels[1].score());
+  EXPECT_GE(labels[1].score(), labels[2].score());
+  double sum = 0;
+  for (const auto& l : labels) {
+    sum += l.score();
+    EXPECT_THAT(l.label(), ::testing::AnyOf("libs", "python", "games", "other"));
+  }
+  EXPECT_LE(sum, 1.0 + 1e-5);
+  request.set_top_k(100);  // capped at the number of labels
+  response.Clear();
+  ASSERT_TRUE(Classify(request, &response).ok());
+  double total = 0;
+  for (const auto& l : response.results(0).labels()) total += l.score();
+  EXPECT_EQ(response.results(0).labels_size(), 4);
+  EXPECT_NEAR(total, 1.0, 1e-5);
+}
+
+TEST_F(ServerTest, ListAndGetModelDescribeModelsAndTheBrokenOne) {
+  grpc::ClientContext context;
+  v1::ListModelsResponse list;
+  ASSERT_TRUE(stub_->ListModels(&context, {}, &list).ok());
+  std::map<std::string, v1::ModelInfo> by_name;
+  for (const auto& m : list.models()) by_name[m.name()] = m;
+  ASSERT_EQ(by_name.count("broken-classifier"), 1u);
+  EXPECT_EQ(by_name["broken-classifier"].state(), v1::FAILED);
+  EXPECT_THAT(by_name["broken-classifier"].error(), AllOf(HasSubstr("config.pbtxt"), HasSubstr("trained_depth")));
+  for (const std::string name : {"tiny-albert", "tiny-sharebert", "tiny-eelbert", "tiny-classifier", "slow-queue"}) {
+    EXPECT_EQ(by_name[name].state(), v1::READY) << name;
+  }
+
+  grpc::ClientContext get_context;
+  v1::GetModelRequest get;
+  get.set_name("tiny-classifier");
+  v1::GetModelResponse model;
+  ASSERT_TRUE(stub_->GetModel(&get_context, get, &model).ok());
+  const auto& info = model.model();
+  EXPECT_EQ(info.task(), v1::CLASSIFICATION);
+  EXPECT_EQ(info.trained_depth(), kTrainedDepth);
+  EXPECT_EQ(info.labels_size(), 4);
+  EXPECT_EQ(info.solvers_size(), 3);
+  EXPECT_EQ(info.min_steps(), 1);
+  EXPECT_EQ(info.max_steps(), 8);
+  EXPECT_FALSE(info.quality_profile().empty());
+  EXPECT_GT(info.cost_model().calibration_samples(), 0);
+  EXPECT_GT(info.cost_model().per_token_evaluation_seconds() + info.cost_model().per_token_seconds() +
+                info.cost_model().fixed_seconds(), 0);
+  EXPECT_GT(info.parameters(), 1000);
+  EXPECT_GT(info.size_bytes(), 10000);
+}
+
+TEST_F(ServerTest, HealthCheckAndWatchPerService) {
+  auto health = grpc::health::v1::Health::NewStub(server_->channel());
+  for (const std::string service : {"", "odeserve.v1.Inference"}) {
+    grpc::ClientContext context;
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
+    ASSERT_TRUE(health->Check(&context, request, &response).ok());
+    EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING) << service;
+  }
+  grpc::ClientContext unknown_context;
+  grpc::health::v1::HealthCheckRequest unknown;
+  unknown.set_service("no.such.Service");
+  grpc::health::v1::HealthCheckResponse ignored;
+  EXPECT_EQ(health->Check(&unknown_context, unknown, &ignored).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  grpc::ClientContext watch_context;
+  watch_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::health::v1::HealthCheckRequest watch;
+  watch.set_service("odeserve.v1.Inference");
+  auto reader = health->Watch(&watch_context, watch);
+  grpc::health::v1::HealthCheckResponse first;
+  ASSERT_TRUE(reader->Read(&first));
+  EXPECT_EQ(first.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  watch_context.TryCancel();
+}
+
+TEST_F(ServerTest, ReflectionListsTheServices) {
+  auto reflection = grpc::reflection::v1alpha::ServerReflection::NewStub(server_->channel());
+  grpc::ClientContext context;
+  auto stream = reflection->ServerReflectionInfo(&context);
+  grpc::reflection::v1alpha::ServerReflectionRequest request;
+  request.set_list_services("");
+  ASSERT_TRUE(stream->Write(request));
+  grpc::reflection::v1alpha::ServerReflectionResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  std::vector<std::string> names;
+  for (const auto& s : response.list_services_response().service()) names.push_back(s.name());
+  EXPECT_THAT(names, ::testing::IsSupersetOf({"odeserve.v1.Inference", "grpc.health.v1.Health"}));
+  stream->WritesDone();
+}
+
+TEST_F(ServerTest, MetricsEndpointExposesOdeserveFamilies) {
+  ExpectStillServing();
+  const std::string page = testing::HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_THAT(page, HasSubstr("200 OK"));
+  for (const char* family :
+       {"odeserve_requests_total{code=\"OK\",method=\"Embed\",model=\"tiny-albert\"}",
+        "odeserve_request_duration_seconds_bucket", "odeserve_queue_duration_seconds_bucket",
+        "odeserve_compute_duration_seconds_bucket", "odeserve_solver_steps_bucket",
+        "odeserve_budget_requests_total", "odeserve_batch_size_bucket", "odeserve_batch_tokens_bucket",
+        "odeserve_queue_depth", "odeserve_requests_in_flight", "odeserve_cost_model_relative_error_bucket",
+        "odeserve_input_tokens_total", "odeserve_model_info{", "odeserve_build_info{"}) {
+    EXPECT_THAT(page, HasSubstr(family));
+  }
+  EXPECT_THAT(testing::HttpGet(server_->metrics_port(), "/other"), HasSubstr("404"));
+}
+
+struct BadInput {
+  std::string name;
+  std::function<void(EmbedRequest&)> mutate;
+  grpc::StatusCode code;
+  std::vector<std::string> message_parts;
+};
+
+TEST_F(ServerTest, EveryBadInputGetsItsCodeAndMessageAndTheServerKeepsServing) {
+  const std::string too_long(4000, 'x');
+  const std::vector<BadInput> cases = {
+      {"unknown model", [](EmbedRequest& r) { r.set_model("no-such-model"); }, grpc::StatusCode::NOT_FOUND,
+       {"no-such-model", "tiny-albert"}},
+      {"empty model", [](EmbedRequest& r) { r.set_model(""); }, grpc::StatusCode::INVALID_ARGUMENT, {"model is empty"}},
+      {"wrong task", [](EmbedRequest& r) { r.set_model("tiny-classifier"); }, grpc::StatusCode::FAILED_PRECONDITION,
+       {"CLASSIFICATION", "Classify"}},
+      {"failed model", [](EmbedRequest& r) { r.set_model("broken-classifier"); }, grpc::StatusCode::FAILED_PRECONDITION,
+       {"failed to load"}},
+      {"no inputs", [](EmbedRequest& r) { r.clear_inputs(); }, grpc::StatusCode::INVALID_ARGUMENT, {"inputs is empty"}},
+      {"empty text", [](EmbedRequest& r) { r.add_inputs(""); }, grpc::StatusCode::INVALID_ARGUMENT, {"inputs[1] is empty"}},
+      {"too many inputs", [](EmbedRequest& r) { for (int i = 0; i < 40; ++i) r.add_inputs("x"); },
+       grpc::StatusCode::INVALID_ARGUMENT, {"41 strings", "at most 32", "max_inputs_per_request"}},
+      {"too long", [&](EmbedRequest& r) { r.add_inputs(too_long); }, grpc::StatusCode::INVALID_ARGUMENT,
+       {"inputs[1] has", "at most 32", "max_sequence_length", "truncate"}},
+      {"steps too high", [](EmbedRequest& r) { r.mutable_compute()->set_steps(9); }, grpc::StatusCode::INVALID_ARGUMENT,
+       {"compute.steps 9", "[1, 8]"}},
+      {"steps negative", [](EmbedRequest& r) { r.mutable_compute()->set_steps(-2); }, grpc::StatusCode::INVALID_ARGUMENT,
+       {"compute.steps -2"}},
+      {"unknown solver", [](EmbedRequest& r) { r.mutable_compute()->set_solver(static_cast<v1::Solver>(9)); },
+       grpc::StatusCode::INVALID_ARGUMENT, {"compute.solver 9", "EULER, HEUN, RK4"}},
+      {"zero budget", [](EmbedRequest& r) { r.mutable_compute()->mutable_latency_budget()->set_seconds(0); },
+       grpc::StatusCode::INVALID_ARGUMENT, {"latency_budget must be > 0"}},
+      {"negative budget", [](EmbedRequest& r) { r.mutable_compute()->mutable_latency_budget()->set_seconds(-1); },
+       grpc::StatusCode::INVALID_ARGUMENT, {"latency_budget must be > 0"}},
+      {"min_steps too high", [](EmbedRequest& r) { r.mutable_compute()->set_min_steps(20); },
+       grpc::StatusCode::INVALID_ARGUMENT, {"compute.min_steps 20"}},
+  };
+  for (const auto& c : cases) {
+    EmbedRequest request = EmbedOf("tiny-albert", {"valid first input"});
+    c.mutate(request);
+    EmbedResponse response;
+    const auto status = Embed(request, &response);
+    EXPECT_EQ(status.error_code(), c.code) << c.name << ": " << status.error_message();
+    for (const auto& part : c.message_parts) EXPECT_THAT(status.error_message(), HasSubstr(part)) << c.name;
+    ExpectStillServing();
+  }
+  {
+    // Protobuf's C++ parser rejects a proto3 string field holding invalid UTF-8 before any
+    // odeserve code runs, and gRPC 1.51 then answers UNIMPLEMENTED with no message (see the
+    // README's known limitations). What matters here: the call fails and nothing else does.
+    EmbedRequest request = EmbedOf("tiny-albert", {std::string("ok\xC3\x28", 4)});
+    EmbedResponse response;
+    EXPECT_FALSE(Embed(request, &response).ok());
+    ExpectStillServing();
+  }
+  ClassifyRequest negative_k;
+  negative_k.set_model("tiny-classifier");
+  negative_k.add_inputs("x");
+  negative_k.set_top_k(-1);
+  ClassifyResponse ignored;
+  EXPECT_EQ(Classify(negative_k, &ignored).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  grpc::ClientContext translate_context;
+  v1::TranslateRequest translate;
+  translate.set_model("tiny-albert");
+  translate.add_inputs("x");
+  v1::TranslateResponse translated;
+  EXPECT_EQ(stub_->Translate(&translate_context, translate, &translated).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(ServerTest, TruncationCutsLongInputsWhenAsked) {
+  EmbedRequest request = EmbedOf("tiny-albert", {std::string(2000, 'y') + " tail"});
+  request.set_truncate(true);
+  EmbedResponse response;
+  const auto status = Embed(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.report().truncated_inputs(), 1);
+  EXPECT_EQ(response.report().tokens(), 32);
+}
+
+TEST_F(ServerTest, BudgetChoosesStepsRefusesOrServesTheFloor) {
+  EmbedRequest generous = EmbedOf("tiny-albert", {"budgeted request"});
+  generous.mutable_compute()->mutable_latency_budget()->set_seconds(10);
+  EmbedResponse response;
+  ASSERT_TRUE(Embed(generous, &response).ok());
+  EXPECT_EQ(response.report().step_choice(), v1::BUDGET);
+  EXPECT_TRUE(response.report().budget_set());
+  EXPECT_TRUE(response.report().budget_met());
+  // With all the time in the world, the highest-quality point of the profile is chosen:
+  // for the test models that is Euler at the trained depth (cosine to full depth = 1).
+  EXPECT_EQ(response.report().steps(), kTrainedDepth);
+  EXPECT_EQ(response.report().solver(), v1::EULER);
+
+  EmbedRequest impossible = EmbedOf("tiny-albert", {"budgeted request"});
+  impossible.mutable_compute()->mutable_latency_budget()->set_nanos(1000);  // 1 us
+  impossible.mutable_compute()->set_on_budget_miss(v1::REFUSE);
+  const auto refused = Embed(impossible, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(refused.error_message(), AllOf(HasSubstr("cannot be met"), HasSubstr("REFUSE")));
+
+  impossible.mutable_compute()->set_on_budget_miss(v1::SERVE_FLOOR);
+  impossible.mutable_compute()->set_min_steps(2);
+  response.Clear();
+  ASSERT_TRUE(Embed(impossible, &response).ok());
+  EXPECT_EQ(response.report().step_choice(), v1::BUDGET_FLOOR);
+  EXPECT_EQ(response.report().steps(), 2);
+  EXPECT_FALSE(response.report().budget_met());
+
+  // Without latency_budget the gRPC deadline is the budget.
+  response.Clear();
+  ASSERT_TRUE(Embed(EmbedOf("tiny-albert", {"deadline only"}), &response, std::chrono::seconds(20)).ok());
+  EXPECT_EQ(response.report().step_choice(), v1::BUDGET);
+  EXPECT_TRUE(response.report().budget_set());
+}
+
+TEST_F(ServerTest, FullQueueIsRefusedWithResourceExhausted) {
+  // slow-queue holds 2 queued inputs and waits 300 ms for a batch to fill.
+  std::vector<std::future<grpc::Status>> calls;
+  for (int i = 0; i < 2; ++i) {
+    calls.push_back(std::async(std::launch::async, [&] {
+      auto stub = server_->stub();
+      grpc::ClientContext context;
+      EmbedResponse response;
+      return stub->Embed(&context, EmbedOf("slow-queue", {"queued"}), &response);
+    }));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EmbedResponse response;
+  const auto refused = Embed(EmbedOf("slow-queue", {"one too many"}), &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), AllOf(HasSubstr("slow-queue"), HasSubstr("max_queue_size 2")));
+  for (auto& call : calls) EXPECT_TRUE(call.get().ok());
+  ExpectStillServing();
+}
+
+TEST_F(ServerTest, ExpiredDeadlineStopsTheCallBeforeCompute) {
+  EmbedResponse response;
+  const auto status = Embed(EmbedOf("slow-queue", {"will expire"}), &response, std::chrono::milliseconds(80));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  ExpectStillServing();
+}
+
+TEST(ServerLifecycle, SigtermDrainsInFlightCallsThenExitsZero) {
+  const fs::path repo = MakeRepository();
+  testing::ServerProcess server(ODESERVE_BINARY, repo);
+  ASSERT_TRUE(server.ok()) << server.log();
+  auto in_flight = std::async(std::launch::async, [&] {
+    auto stub = server.stub();
+    grpc::ClientContext context;
+    EmbedResponse response;
+    return stub->Embed(&context, [] {
+      EmbedRequest r;
+      r.set_model("slow-queue");  // waits 300 ms in the batcher: in flight when SIGTERM arrives
+      r.add_inputs("in flight during shutdown");
+      return r;
+    }(), &response);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto channel = server.channel();
+  kill(server.pid(), SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // While draining: health says NOT_SERVING and new calls are refused with UNAVAILABLE.
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext health_context;
+  grpc::health::v1::HealthCheckRequest check;
+  check.set_service("odeserve.v1.Inference");
+  grpc::health::v1::HealthCheckResponse state;
+  const auto health_status = health->Check(&health_context, check, &state);
+  if (health_status.ok()) EXPECT_EQ(state.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  grpc::ClientContext late_context;
+  EmbedRequest late;
+  late.set_model("tiny-albert");
+  late.add_inputs("too late");
+  EmbedResponse late_response;
+  EXPECT_EQ(v1::Inference::NewStub(channel)->Embed(&late_context, late, &late_response).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(in_flight.get().ok());
+  EXPECT_EQ(server.Terminate(), 0) << server.log();
+  std::error_code ec;
+  fs::remove_all(repo, ec);
+}
+
+}  // namespace
+}  // namespace odeserve

@@ -1,0 +1,54 @@
+#pragma once
+// Starts the real odeserve binary on loopback ephemeral ports for end-to-end tests, and stops
+// it with SIGTERM like an orchestrator would.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "odeserve/v1/inference.grpc.pb.h"
+
+namespace odeserve::testing {
+
+class ServerProcess {
+ public:
+  /// Starts `binary` on `repository` with extra flags; waits until it serves (or fails).
+  ServerProcess(const std::string& binary, const std::filesystem::path& repository,
+                std::vector<std::string> extra_flags = {});
+  ~ServerProcess();
+
+  bool ok() const { return grpc_port_ > 0; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
+  int metrics_port() const { return metrics_port_; }
+  std::shared_ptr<grpc::Channel> channel() const;
+  std::unique_ptr<v1::Inference::Stub> stub() const;
+
+  /// SIGTERM, then waits for exit; returns the exit status (or -1 on timeout / signal death).
+  int Terminate(std::chrono::seconds timeout = std::chrono::seconds(30));
+  /// The server's stderr so far.
+  std::string log() const;
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int grpc_port_ = 0;
+  int metrics_port_ = 0;
+  std::filesystem::path dir_;
+};
+
+/// HTTP GET on 127.0.0.1:port; returns the whole response (status line, headers, body).
+std::string HttpGet(int port, const std::string& path);
+
+/// Copies `from` to a fresh temporary folder and returns it.
+std::filesystem::path CopyToTemp(const std::filesystem::path& from, const std::string& tag);
+
+/// Rewrites `model_dir/config.pbtxt` by replacing `from` with `to` (must occur).
+void EditConfig(const std::filesystem::path& model_dir, const std::string& from, const std::string& to);
+
+}  // namespace odeserve::testing
