@@ -2,6 +2,9 @@
 // every family (plus a deliberately broken one and a slow-queue one), called over real gRPC.
 
 #include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <filesystem>
 #include <future>
 #include <thread>
@@ -141,6 +144,70 @@ TEST_F(ServerTest, DefaultStepsAreTheTrainedDepthAndStepsChangeTheResult) {
   }
   EXPECT_LT(diff_default, 1e-5);
   EXPECT_GT(diff_one, 1e-3);  // one big step is a different (coarser) solve
+}
+
+// Euler with n = L through the server equals the module's own forward() run by PyTorch in
+// Python (tests/e2e/make_references.py): tokenizer, EELBERT hashing, padding in a shared batch
+// and the server's solver loop all agree with the model as trained.
+TEST_F(ServerTest, EulerAtTrainedDepthEqualsTheFullDepthModelFromPython) {
+  std::ifstream in(ODESERVE_REFERENCES);
+  ASSERT_TRUE(in) << ODESERVE_REFERENCES;
+  std::map<std::string, std::vector<std::pair<std::string, std::vector<float>>>> by_model;
+  for (std::string line; std::getline(in, line);) {
+    const size_t a = line.find('\t'), b = line.find('\t', a + 1);
+    std::istringstream values(line.substr(b + 1));
+    std::vector<float> expected;
+    for (float v; values >> v;) expected.push_back(v);
+    by_model[line.substr(0, a)].push_back({line.substr(a + 1, b - a - 1), expected});
+  }
+  ASSERT_EQ(by_model.size(), 4u);
+  for (const auto& [model, cases] : by_model) {
+    // All texts in one call: the server pads them into one batch; Python ran each alone.
+    std::vector<std::vector<float>> served;
+    if (model == "tiny-classifier") {
+      ClassifyRequest request;
+      request.set_model(model);
+      for (const auto& c : cases) request.add_inputs(c.first);
+      request.mutable_compute()->set_steps(kTrainedDepth);
+      request.mutable_compute()->set_solver(v1::EULER);
+      request.set_top_k(4);
+      request.set_truncate(true);  // Python's tokenizer mirror truncates too (first pieces + eos)
+      ClassifyResponse response;
+      const auto status = Classify(request, &response);
+      ASSERT_TRUE(status.ok()) << model << ": " << status.error_message();
+      // Compare softmax probabilities, in label order, with the softmax of Python's logits.
+      for (int i = 0; i < response.results_size(); ++i) {
+        std::map<std::string, float> score;
+        for (const auto& l : response.results(i).labels()) score[l.label()] = l.score();
+        served.push_back({score["libs"], score["python"], score["games"], score["other"]});
+      }
+      for (auto& c : by_model[model]) {
+        const float top = *std::max_element(c.second.begin(), c.second.end());
+        double total = 0;
+        for (float& v : c.second) total += (v = std::exp(v - top));
+        for (float& v : c.second) v = static_cast<float>(v / total);
+      }
+    } else {
+      EmbedRequest request;
+      request.set_model(model);
+      for (const auto& c : cases) request.add_inputs(c.first);
+      request.mutable_compute()->set_steps(kTrainedDepth);
+      request.mutable_compute()->set_solver(v1::EULER);
+      request.set_truncate(true);
+      EmbedResponse response;
+      const auto status = Embed(request, &response);
+      ASSERT_TRUE(status.ok()) << model << ": " << status.error_message();
+      for (const auto& e : response.embeddings()) served.emplace_back(e.values().begin(), e.values().end());
+    }
+    const auto& expected = by_model[model];
+    ASSERT_EQ(served.size(), expected.size()) << model;
+    for (size_t i = 0; i < served.size(); ++i) {
+      ASSERT_EQ(served[i].size(), expected[i].second.size()) << model << ": " << expected[i].first;
+      for (size_t j = 0; j < served[i].size(); ++j) {
+        EXPECT_NEAR(served[i][j], expected[i].second[j], 1e-4) << model << " '" << expected[i].first << "' [" << j << "]";
+      }
+    }
+  }
 }
 
 TEST_F(ServerTest, NormalizeGivesUnitVectors) {
