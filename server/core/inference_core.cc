@@ -256,6 +256,9 @@ void InferenceCore::RunEncoder(const CallContext& call, v1::Task task, const std
   item->steps = plan.steps;
   item->solver = plan.solver;
   item->deadline = call.deadline;
+  if (budget) {
+    item->latest_start = call.received + *budget - (plan.predicted_total - plan.predicted_queue);
+  }
   item->cancelled = call.cancelled;
   const absl::Time received = call.received;
   const Servable* servable = &s;

@@ -220,10 +220,15 @@ void ModelScheduler::BatcherLoop() {
   while (true) {
     cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and everything queued has run
-    const absl::Time fill_deadline = queue_.front()->enqueued + options_.max_queue_delay;
+    // Wait for company up to max_queue_delay, but never past what a queued budget can afford
+    // (recomputed as calls arrive: a tight budget arriving later shortens the wait).
     while (!stopping_ && queued_rows_ < options_.max_batch_size &&
-           queued_tokens_ < options_.max_batch_tokens && absl::Now() < fill_deadline) {
-      cv_.wait_for(lock, absl::ToChronoNanoseconds(fill_deadline - absl::Now()));
+           queued_tokens_ < options_.max_batch_tokens) {
+      absl::Time fill_deadline = queue_.front()->enqueued + options_.max_queue_delay;
+      for (const auto& entry : queue_) fill_deadline = std::min(fill_deadline, entry->item->latest_start);
+      const absl::Time now = absl::Now();
+      if (now >= fill_deadline) break;
+      cv_.wait_for(lock, absl::ToChronoNanoseconds(fill_deadline - now));
     }
     std::vector<std::unique_ptr<Entry>> dropped;
     std::vector<std::unique_ptr<Entry>> batch = TakeBatchLocked(dropped);

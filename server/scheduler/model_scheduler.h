@@ -114,6 +114,9 @@ struct WorkItem {
   int steps = 1;
   Solver solver = Solver::kEuler;
   absl::Time deadline = absl::InfiniteFuture();
+  /// Latest time its batch may start and still meet its latency budget (budget minus predicted
+  /// compute). The batcher never waits for a batch to fill past the earliest of these.
+  absl::Time latest_start = absl::InfiniteFuture();
   std::function<bool()> cancelled;  // optional; polled from the batcher thread
   WorkDone done;                    // called exactly once, on the batcher thread
 };

@@ -1,0 +1,231 @@
+#!/usr/bin/python3
+"""The latency-budget benchmarks of docs/BENCHMARKS.md, end to end over real gRPC.
+
+Starts odeserve on a model repository, measures with odeserve-bench, and prints one JSON
+document with every figure (and writes each bench report + SVG under --out):
+
+  1. full-depth batch-1 latency B1 (closed loop, concurrency 1, steps = L);
+  2. saturation throughput at full depth (closed-loop sweep);
+  3. at 70% of saturation, open loop, budgets 0.5x/1x/2x/4x B1: the adaptive policy (server picks
+     steps) vs a fixed full-depth policy, same arrivals (same seed);
+  4. the oracle: for every fixed step count, the same load; per budget class the largest step
+     count that meets the budget for >= 99% of calls; adaptive mean steps / oracle steps;
+  5. dynamic batching: closed loop, concurrency 32, max_batch_size from the config vs 1;
+  6. overload: open loop at 3x saturation for 60 s; health latency sampled every 0.5 s, RSS of
+     the server sampled every second, codes of refused calls.
+
+Usage: budget_benchmarks.py --build build --repository models/repository
+         --model classify-sections --method classify --inputs tests/fixtures/descriptions-sample.txt
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+
+def log(*args):
+    print(time.strftime("%H:%M:%S"), *args, file=sys.stderr, flush=True)
+
+
+class Server:
+    def __init__(self, binary, repository, workdir, name):
+        self.port_file = os.path.join(workdir, name + ".ports")
+        self.log_path = os.path.join(workdir, name + ".log")
+        if os.path.exists(self.port_file):
+            os.remove(self.port_file)
+        self.proc = subprocess.Popen(
+            [binary, "--model_repository", repository, "--grpc_address", "127.0.0.1", "--grpc_port", "0",
+             "--metrics_address", "127.0.0.1", "--metrics_port", "0", "--port_file", self.port_file],
+            stderr=open(self.log_path, "w"))
+        for _ in range(1200):
+            if os.path.exists(self.port_file):
+                text = open(self.port_file).read()
+                self.grpc_port = int(re.search(r"grpc_port=(\d+)", text).group(1))
+                self.metrics_port = int(re.search(r"metrics_port=(-?\d+)", text).group(1))
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited: " + open(self.log_path).read()[-2000:])
+            time.sleep(0.1)
+        raise RuntimeError("server did not start")
+
+    @property
+    def address(self):
+        return "127.0.0.1:%d" % self.grpc_port
+
+    def rss_kib(self):
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=60)
+
+
+class Bench:
+    def __init__(self, args, out):
+        self.args, self.out = args, out
+        self.binary = os.path.join(args.build, "client", "odeserve-bench")
+
+    def run(self, name, server, extra, method=None, model=None):
+        json_path = os.path.join(self.out, name + ".json")
+        cmd = [self.binary, "--address", server.address, "--method", method or self.args.method,
+               "--model", model or self.args.model, "--inputs_file", self.args.inputs, "--seed", "7",
+               "--progress=false", "--json_out", json_path, "--svg_out", os.path.join(self.out, name + ".svg")]
+        cmd += extra
+        log("bench", name, " ".join(extra))
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        with open(json_path) as f:
+            return json.load(f)
+
+
+def class_table(report):
+    return {c["label"]: c for c in report["classes"]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--repository", default="models/repository")
+    ap.add_argument("--model", default="classify-sections")
+    ap.add_argument("--method", default="classify")
+    ap.add_argument("--inputs", default="tests/fixtures/descriptions-sample.txt")
+    ap.add_argument("--batching_model", default="embed-sharebert")
+    ap.add_argument("--duration", default="20s")
+    ap.add_argument("--out", default="")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: oracle,batching,overload")
+    args = ap.parse_args()
+    out = args.out or tempfile.mkdtemp(prefix="odeserve-budget-bench-")
+    os.makedirs(out, exist_ok=True)
+    skip = set(filter(None, args.skip.split(",")))
+    bench = Bench(args, out)
+    server_bin = os.path.join(args.build, "server", "odeserve")
+    result = {"out": out, "model": args.model, "method": args.method}
+
+    server = Server(server_bin, args.repository, out, "main")
+    info = subprocess.run([os.path.join(args.build, "client", "odeserve-cli"), "--address", server.address,
+                           "--json", "model", args.model], check=True, capture_output=True, text=True).stdout
+    model_info = json.loads(info)
+    model_info = model_info.get("model", model_info)
+    depth = int(model_info.get("trained_depth", model_info.get("trainedDepth")))
+    max_steps = int(model_info.get("max_steps", model_info.get("maxSteps")))
+    result["trained_depth"] = depth
+
+    # 1. Full-depth batch-1 latency.
+    b1 = bench.run("b1-full-depth", server, ["--concurrency", "1", "--duration", "10s", "--warmup", "3s",
+                                             "--steps", str(depth)])
+    b1_ms = b1["overall"]["latency_ms"]["p50"]
+    result["full_depth_batch1_p50_ms"] = b1_ms
+    budgets = [0.5 * b1_ms, b1_ms, 2 * b1_ms, 4 * b1_ms]
+    budget_arg = ",".join("%.3fms" % b for b in budgets)
+    result["budgets_ms"] = budgets
+
+    # 2. Saturation at full depth.
+    sweep = bench.run("saturation-sweep", server, ["--sweep", "--steps", str(depth), "--sweep_step", "6s",
+                                                   "--sweep_max", "64", "--sweep_p99_limit_ms", "%.3f" % (40 * b1_ms)])
+    sat = sweep["sweep"]["saturation_rps"] if "saturation_rps" in sweep.get("sweep", {}) else None
+    if sat is None:
+        sat = max(p["throughput_rps"] for p in sweep["sweep"]["points"])
+    result["saturation_rps"] = sat
+    rate = 0.7 * sat
+    result["rate_70pct_rps"] = rate
+
+    # 3. Adaptive vs fixed full depth at 70% of saturation, same arrivals.
+    common = ["--rate", "%.2f" % rate, "--duration", args.duration, "--warmup", "3s", "--budgets", budget_arg]
+    adaptive = bench.run("adaptive-70pct", server, common)
+    fixed = bench.run("fixed-full-depth-70pct", server, common + ["--steps", str(depth)])
+    result["adaptive_70pct"] = {"hit_rate": adaptive["overall"]["client_hit_rate"],
+                                "throughput_rps": adaptive["throughput_rps"],
+                                "errors": adaptive["overall"]["errors"],
+                                "by_class": {k: {"hit_rate": v["client_hit_rate"], "mean_steps": v["steps"]["mean"],
+                                                 "p99_ms": v["latency_ms"]["p99"]}
+                                             for k, v in class_table(adaptive).items()}}
+    result["fixed_full_depth_70pct"] = {"hit_rate": fixed["overall"]["client_hit_rate"],
+                                        "by_class": {k: {"hit_rate": v["client_hit_rate"], "p99_ms": v["latency_ms"]["p99"]}
+                                                     for k, v in class_table(fixed).items()}}
+
+    # 4. Oracle: largest fixed step count meeting each budget for >= 99% of calls, same load.
+    if "oracle" not in skip:
+        per_steps = {}
+        for steps in range(1, max_steps + 1):
+            r = bench.run("fixed-%d-70pct" % steps, server, common + ["--steps", str(steps)])
+            per_steps[steps] = {k: v["client_hit_rate"] for k, v in class_table(r).items()}
+        oracle = {}
+        for label in class_table(adaptive):
+            ok = [s for s, rates in per_steps.items() if rates.get(label, 0) >= 0.99]
+            oracle[label] = max(ok) if ok else 0
+        result["oracle_steps"] = oracle
+        result["adaptive_over_oracle_mean_steps"] = {
+            label: (class_table(adaptive)[label]["steps"]["mean"] / oracle[label]) if oracle[label] else None
+            for label in oracle}
+        result["fixed_steps_hit_rates"] = per_steps
+    server.stop()
+
+    # 5. Dynamic batching vs max_batch_size 1 (closed loop, concurrency 32).
+    if "batching" not in skip:
+        repo_b1 = os.path.join(out, "repo-batch1")
+        shutil.rmtree(repo_b1, ignore_errors=True)
+        shutil.copytree(args.repository, repo_b1)
+        cfg = os.path.join(repo_b1, args.batching_model, "config.pbtxt")
+        text = re.sub(r"max_batch_size:\s*\d+", "max_batch_size: 1", open(cfg).read())
+        open(cfg, "w").write(text)
+        throughput = {}
+        for name, repo in (("dynamic", args.repository), ("batch1", repo_b1)):
+            s = Server(server_bin, repo, out, "batching-" + name)
+            r = bench.run("batching-" + name, s, ["--concurrency", "32", "--duration", "15s", "--warmup", "3s"],
+                          method="embed", model=args.batching_model)
+            throughput[name] = r["throughput_rps"]
+            s.stop()
+        result["batching"] = {"dynamic_rps": throughput["dynamic"], "max_batch_1_rps": throughput["batch1"],
+                              "ratio": throughput["dynamic"] / throughput["batch1"]}
+
+    # 6. Overload at 3x saturation for 60 s.
+    if "overload" not in skip:
+        server = Server(server_bin, args.repository, out, "overload")
+        samples = {"health_ms": [], "rss_kib": []}
+        stop = threading.Event()
+        cli = os.path.join(args.build, "client", "odeserve-cli")
+
+        def sample():
+            last_rss = 0
+            while not stop.is_set():
+                t0 = time.monotonic()
+                subprocess.run([cli, "--address", server.address, "--deadline", "2s", "health", "odeserve.v1.Inference"],
+                               capture_output=True)
+                samples["health_ms"].append((time.monotonic() - t0) * 1000)
+                if time.monotonic() - last_rss >= 1:
+                    samples["rss_kib"].append(server.rss_kib())
+                    last_rss = time.monotonic()
+                time.sleep(0.5)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        r = bench.run("overload-3x", server, ["--rate", "%.2f" % (3 * sat), "--duration", "60s", "--warmup", "2s",
+                                              "--budgets", budget_arg, "--set_deadline"])
+        stop.set()
+        sampler.join()
+        rss = samples["rss_kib"]
+        health = sorted(samples["health_ms"])
+        ok_calls = r["overall"]["ok"]
+        result["overload_3x"] = {
+            "requests": r["requests"], "ok": ok_calls, "errors_by_code": r["overall"]["errors"],
+            "accepted_met_budget_rate": (r["overall"]["client_hits"] / ok_calls) if ok_calls else None,
+            "health_ms_max": health[-1] if health else None,
+            "health_ms_p50": health[len(health) // 2] if health else None,
+            "note_health": "includes odeserve-cli process start (fork/exec, channel setup)",
+            "rss_kib_first": rss[0] if rss else None, "rss_kib_last": rss[-1] if rss else None,
+            "rss_kib_max": max(rss) if rss else None,
+            "rss_growth_pct": (100.0 * (rss[-1] - rss[0]) / rss[0]) if rss else None}
+        server.stop()
+
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
