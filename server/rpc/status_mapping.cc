@@ -11,7 +11,10 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   std::string message(status.message());
   if (message.size() > kMaxMessageBytes) {
-    message.resize(kMaxMessageBytes);
+    // Cut at a character boundary: messages quote user input, and gRPC messages must stay UTF-8.
+    size_t cut = kMaxMessageBytes;
+    while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+    message.resize(cut);
     message += "...(truncated)";
   }
   // absl's canonical codes share gRPC's numbering (both follow google.rpc.Code).

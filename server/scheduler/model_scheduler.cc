@@ -34,20 +34,32 @@ void ComputeGate::Release() {
   cv_.notify_one();
 }
 
+// A queued call. A call with more rows than one batch may hold is taken a slice at a time
+// (rows [next_row, rows.size()) are still queued); it completes once, when its last row is done.
+// Everything but the queue bookkeeping is touched only by the batcher thread.
 struct ModelScheduler::Entry {
   std::unique_ptr<WorkItem> item;
   absl::Time enqueued;
-  int64_t padded_tokens = 0;
-  int64_t token_evaluations = 0;
+  size_t longest = 0;            // longest row, for padded-token estimates
+  size_t next_row = 0;           // first row not yet taken into a batch
+  size_t finished_rows = 0;
+  bool completed = false;        // done() has been called
+  std::vector<std::vector<float>> outputs;
+  absl::Time first_start = absl::InfinitePast();
+  int first_batch_rows = 0;
+
+  size_t remaining_rows() const { return item->rows.size() - next_row; }
+  int64_t remaining_tokens() const { return static_cast<int64_t>(longest * remaining_rows()); }
+  int64_t remaining_token_evaluations() const {
+    return remaining_tokens() * item->steps * EvaluationsPerStep(item->solver);
+  }
 };
 
-// Per-request state while its batch runs.
-struct ModelScheduler::RunningEntry {
-  Entry* entry = nullptr;
-  size_t first_row = 0;
-  size_t remaining = 0;
-  bool completed = false;
-  std::vector<std::vector<float>> outputs;
+// Rows [begin, end) of one entry, as they run in one batch.
+struct ModelScheduler::Slice {
+  std::shared_ptr<Entry> entry;
+  size_t begin = 0;
+  size_t end = 0;
 };
 
 ModelScheduler::ModelScheduler(SchedulerOptions options, std::shared_ptr<BatchExecutor> executor)
@@ -160,15 +172,14 @@ absl::Status ModelScheduler::Submit(std::unique_ptr<WorkItem> item) {
           "model '", options_.model_name, "' is overloaded: ", queued_rows_,
           " inputs queued, max_queue_size ", options_.max_queue_size, "; retry with backoff"));
     }
-    auto entry = std::make_unique<Entry>();
+    auto entry = std::make_shared<Entry>();
     entry->enqueued = absl::Now();
-    entry->padded_tokens = PaddedTokens(item->rows);
-    entry->token_evaluations =
-        entry->padded_tokens * item->steps * EvaluationsPerStep(item->solver);
+    for (const auto& row : item->rows) entry->longest = std::max(entry->longest, row.ids.size());
+    entry->outputs.resize(item->rows.size());
     entry->item = std::move(item);
     queued_rows_ += rows;
-    queued_tokens_ += entry->padded_tokens;
-    queued_token_evaluations_ += entry->token_evaluations;
+    queued_tokens_ += entry->remaining_tokens();
+    queued_token_evaluations_ += entry->remaining_token_evaluations();
     queue_.push_back(std::move(entry));
     depth = queued_rows_;
   }
@@ -177,9 +188,9 @@ absl::Status ModelScheduler::Submit(std::unique_ptr<WorkItem> item) {
   return absl::OkStatus();
 }
 
-std::vector<std::unique_ptr<ModelScheduler::Entry>> ModelScheduler::TakeBatchLocked(
-    std::vector<std::unique_ptr<Entry>>& dropped) {
-  std::vector<std::unique_ptr<Entry>> batch;
+std::vector<ModelScheduler::Slice> ModelScheduler::TakeBatchLocked(
+    std::vector<std::shared_ptr<Entry>>& dropped) {
+  std::vector<Slice> batch;
   const absl::Time now = absl::Now();
   int rows = 0;
   size_t longest = 0;
@@ -187,29 +198,47 @@ std::vector<std::unique_ptr<ModelScheduler::Entry>> ModelScheduler::TakeBatchLoc
   for (auto it = queue_.begin(); it != queue_.end();) {
     Entry& entry = **it;
     const WorkItem& item = *entry.item;
-    const bool gone = (item.cancelled && item.cancelled()) || now >= item.deadline;
-    size_t entry_longest = 0;
-    for (const auto& row : item.rows) entry_longest = std::max(entry_longest, row.ids.size());
-    const int entry_rows = static_cast<int>(item.rows.size());
-    const size_t new_longest = std::max(longest, entry_longest);
-    const bool fits = batch.empty() ||
-                      (item.solver == *solver && rows + entry_rows <= options_.max_batch_size &&
-                       static_cast<int64_t>(new_longest) * (rows + entry_rows) <= options_.max_batch_tokens);
-    if (!gone && !fits) {
+    const bool gone = entry.completed || (item.cancelled && item.cancelled()) || now >= item.deadline;
+    if (gone) {
+      queued_rows_ -= static_cast<int>(entry.remaining_rows());
+      queued_tokens_ -= entry.remaining_tokens();
+      queued_token_evaluations_ -= entry.remaining_token_evaluations();
+      if (!entry.completed) dropped.push_back(*it);
+      it = queue_.erase(it);
+      continue;
+    }
+    if (solver.has_value() && item.solver != *solver) {
       ++it;
       continue;
     }
-    queued_rows_ -= entry_rows;
-    queued_tokens_ -= entry.padded_tokens;
-    queued_token_evaluations_ -= entry.token_evaluations;
-    if (gone) {
-      dropped.push_back(std::move(*it));
-    } else {
-      solver = item.solver;
-      rows += entry_rows;
-      longest = new_longest;
-      batch.push_back(std::move(*it));
+    // Take as many of its remaining rows as the batch limits allow (at least one row when the
+    // batch is empty: validation guarantees one full-length row fits max_batch_tokens).
+    size_t take = 0;
+    size_t take_longest = longest;
+    while (entry.next_row + take < item.rows.size()) {
+      const size_t length = std::max(take_longest, item.rows[entry.next_row + take].ids.size());
+      const int new_rows = rows + static_cast<int>(take) + 1;
+      const bool fits = new_rows <= options_.max_batch_size &&
+                        static_cast<int64_t>(length) * new_rows <= options_.max_batch_tokens;
+      if (!fits && !(batch.empty() && take == 0)) break;
+      take_longest = length;
+      ++take;
     }
+    if (take == 0) {
+      ++it;
+      continue;
+    }
+    const int64_t tokens_before = entry.remaining_tokens();
+    const int64_t evaluations_before = entry.remaining_token_evaluations();
+    batch.push_back({*it, entry.next_row, entry.next_row + take});
+    entry.next_row += take;
+    queued_rows_ -= static_cast<int>(take);
+    queued_tokens_ -= tokens_before - entry.remaining_tokens();
+    queued_token_evaluations_ -= evaluations_before - entry.remaining_token_evaluations();
+    solver = item.solver;
+    rows += static_cast<int>(take);
+    longest = take_longest;
+    if (entry.remaining_rows() > 0) break;  // the batch is full; the rest waits at the front
     it = queue_.erase(it);
   }
   return batch;
@@ -230,16 +259,17 @@ void ModelScheduler::BatcherLoop() {
       if (now >= fill_deadline) break;
       cv_.wait_for(lock, absl::ToChronoNanoseconds(fill_deadline - now));
     }
-    std::vector<std::unique_ptr<Entry>> dropped;
-    std::vector<std::unique_ptr<Entry>> batch = TakeBatchLocked(dropped);
+    std::vector<std::shared_ptr<Entry>> dropped;
+    std::vector<Slice> batch = TakeBatchLocked(dropped);
     const int depth = queued_rows_;
     if (!batch.empty()) {
       int64_t rows = 0, tokens = 0, evaluations = 0;
       size_t longest = 0;
-      for (const auto& e : batch) {
-        rows += static_cast<int64_t>(e->item->rows.size());
-        for (const auto& row : e->item->rows) longest = std::max(longest, row.ids.size());
-        evaluations = std::max<int64_t>(evaluations, e->item->steps * EvaluationsPerStep(e->item->solver));
+      for (const auto& slice : batch) {
+        const WorkItem& item = *slice.entry->item;
+        rows += static_cast<int64_t>(slice.end - slice.begin);
+        for (size_t r = slice.begin; r < slice.end; ++r) longest = std::max(longest, item.rows[r].ids.size());
+        evaluations = std::max<int64_t>(evaluations, item.steps * EvaluationsPerStep(item.solver));
       }
       tokens = rows * static_cast<int64_t>(longest);
       running_until_ = absl::Now() + absl::Seconds(cost_model_.Predict(rows, tokens, tokens * evaluations));
@@ -250,9 +280,9 @@ void ModelScheduler::BatcherLoop() {
     for (auto& entry : dropped) {
       const WorkItem& item = *entry->item;
       if (item.cancelled && item.cancelled()) {
-        item.done(absl::CancelledError("call cancelled by the client while queued"));
+        Complete(*entry, absl::CancelledError("call cancelled by the client while queued"));
       } else {
-        item.done(absl::DeadlineExceededError(absl::StrCat(
+        Complete(*entry, absl::DeadlineExceededError(absl::StrCat(
             "deadline passed after ", Ms(now - entry->enqueued), " in the queue of model '",
             options_.model_name, "'")));
       }
@@ -263,20 +293,21 @@ void ModelScheduler::BatcherLoop() {
   }
 }
 
-void ModelScheduler::RunBatch(std::vector<std::unique_ptr<Entry>> entries) {
+void ModelScheduler::Complete(Entry& entry, absl::StatusOr<WorkResult> result) {
+  if (entry.completed) return;
+  entry.completed = true;
+  entry.item->done(std::move(result));
+}
+
+void ModelScheduler::RunBatch(std::vector<Slice> slices) {
   ExecBatch exec;
-  exec.solver = entries.front()->item->solver;
-  std::vector<RunningEntry> running(entries.size());
-  std::vector<size_t> owner;  // exec row -> index in `running`
-  for (size_t i = 0; i < entries.size(); ++i) {
-    WorkItem& item = *entries[i]->item;
-    running[i].entry = entries[i].get();
-    running[i].first_row = exec.rows.size();
-    running[i].remaining = item.rows.size();
-    running[i].outputs.resize(item.rows.size());
-    for (const auto& row : item.rows) {
-      exec.rows.push_back({&row, item.steps});
-      owner.push_back(i);
+  exec.solver = slices.front().entry->item->solver;
+  std::vector<std::pair<size_t, size_t>> owner;  // exec row -> (slice, row in its entry)
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const WorkItem& item = *slices[i].entry->item;
+    for (size_t r = slices[i].begin; r < slices[i].end; ++r) {
+      exec.rows.push_back({&item.rows[r], item.steps});
+      owner.emplace_back(i, r);
     }
   }
   const int batch_rows = static_cast<int>(exec.rows.size());
@@ -288,32 +319,35 @@ void ModelScheduler::RunBatch(std::vector<std::unique_ptr<Entry>> entries) {
                                                batch_rows * longest * max_evaluations);
 
   const absl::Time started = absl::Now();
+  for (auto& slice : slices) {
+    if (slice.begin == 0) {
+      slice.entry->first_start = started;
+      slice.entry->first_batch_rows = batch_rows;
+    }
+  }
   auto on_done = [&](size_t row, absl::Span<const float> output) {
-    RunningEntry& r = running[owner[row]];
-    if (r.completed) return;
-    r.outputs[row - r.first_row].assign(output.begin(), output.end());
-    if (--r.remaining > 0) return;
-    r.completed = true;
+    Entry& entry = *slices[owner[row].first].entry;
+    if (entry.completed) return;
+    entry.outputs[owner[row].second].assign(output.begin(), output.end());
+    if (++entry.finished_rows < entry.item->rows.size()) return;
     WorkResult result;
-    result.outputs = std::move(r.outputs);
-    result.queue_time = started - r.entry->enqueued;
-    result.compute_time = absl::Now() - started;
-    result.batch_rows = batch_rows;
-    r.entry->item->done(std::move(result));
+    result.outputs = std::move(entry.outputs);
+    result.queue_time = entry.first_start - entry.enqueued;
+    result.compute_time = absl::Now() - entry.first_start;
+    result.batch_rows = entry.first_batch_rows;
+    Complete(entry, std::move(result));
   };
   auto abandoned = [&](size_t row) {
-    RunningEntry& r = running[owner[row]];
-    if (r.completed) return true;
-    const WorkItem& item = *r.entry->item;
+    Entry& entry = *slices[owner[row].first].entry;
+    if (entry.completed) return true;
+    const WorkItem& item = *entry.item;
     if (item.cancelled && item.cancelled()) {
-      r.completed = true;
-      item.done(absl::CancelledError("call cancelled by the client; its rows left the batch"));
+      Complete(entry, absl::CancelledError("call cancelled by the client; its rows left the batch"));
       return true;
     }
     if (absl::Now() >= item.deadline) {
-      r.completed = true;
-      item.done(absl::DeadlineExceededError(absl::StrCat(
-          "deadline passed while computing (", Ms(absl::Now() - r.entry->enqueued),
+      Complete(entry, absl::DeadlineExceededError(absl::StrCat(
+          "deadline passed while computing (", Ms(absl::Now() - entry.enqueued),
           " after it was queued); its rows left the batch")));
       return true;
     }
@@ -324,11 +358,13 @@ void ModelScheduler::RunBatch(std::vector<std::unique_ptr<Entry>> entries) {
   absl::StatusOr<ExecStats> stats = executor_->Run(exec, on_done, abandoned);
   if (options_.gate) options_.gate->Release();
 
-  for (auto& r : running) {
-    if (r.completed) continue;
-    r.completed = true;
-    r.entry->item->done(stats.ok() ? absl::InternalError("executor returned without finishing a row")
-                                   : stats.status());
+  for (auto& slice : slices) {
+    Entry& entry = *slice.entry;
+    if (!stats.ok()) {
+      Complete(entry, stats.status());
+    } else if (!entry.completed && entry.remaining_rows() == 0 && entry.finished_rows < entry.item->rows.size()) {
+      Complete(entry, absl::InternalError("executor returned without finishing a row"));
+    }
   }
   if (!stats.ok()) return;
   CostSample sample{batch_rows, stats->padded_tokens, stats->token_evaluations, stats->seconds};

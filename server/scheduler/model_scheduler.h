@@ -149,11 +149,12 @@ class ModelScheduler {
 
  private:
   struct Entry;
-  struct RunningEntry;
 
   void BatcherLoop();
-  std::vector<std::unique_ptr<Entry>> TakeBatchLocked(std::vector<std::unique_ptr<Entry>>& dropped);
-  void RunBatch(std::vector<std::unique_ptr<Entry>> entries);
+  struct Slice;
+  std::vector<Slice> TakeBatchLocked(std::vector<std::shared_ptr<Entry>>& dropped);
+  void RunBatch(std::vector<Slice> slices);
+  void Complete(Entry& entry, absl::StatusOr<WorkResult> result);
   absl::Duration PredictCompute(int64_t rows, int64_t tokens, int steps, Solver solver) const;
 
   const SchedulerOptions options_;
@@ -162,7 +163,7 @@ class ModelScheduler {
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<std::unique_ptr<Entry>> queue_;
+  std::deque<std::shared_ptr<Entry>> queue_;
   int queued_rows_ = 0;
   int64_t queued_tokens_ = 0;
   int64_t queued_token_evaluations_ = 0;

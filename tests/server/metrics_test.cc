@@ -1,0 +1,238 @@
+// metrics/: every family renders in the Prometheus text format with the right labels and
+// values, and the HTTP exposer serves GET /metrics (and only that) over a plain socket.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "server/metrics/http_exposer.h"
+#include "server/metrics/metrics.h"
+
+namespace odeserve::metrics {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+BuildInfo TestBuild() { return BuildInfo{"0.1.0", "abc1234", "1.13.1"}; }
+
+// Sends `request` to 127.0.0.1:port and returns everything the server wrote before closing.
+std::string Exchange(int port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval timeout{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    ::close(fd);
+    return "<connect failed>";
+  }
+  size_t sent = 0;
+  while (sent < request.size()) {
+    const ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+  std::string response;
+  char buffer[4096];
+  while (true) {
+    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (n <= 0) break;
+    response.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return response;
+}
+
+struct HttpResponse {
+  std::string status_line;
+  std::string headers;
+  std::string body;
+};
+
+HttpResponse Parse(const std::string& raw) {
+  HttpResponse r;
+  const size_t line_end = raw.find("\r\n");
+  const size_t head_end = raw.find("\r\n\r\n");
+  if (line_end == std::string::npos || head_end == std::string::npos) return r;
+  r.status_line = raw.substr(0, line_end);
+  r.headers = raw.substr(line_end + 2, head_end - line_end - 2);
+  r.body = raw.substr(head_end + 4);
+  return r;
+}
+
+TEST(Metrics, RendersEveryFamily) {
+  Metrics metrics(TestBuild());
+  metrics.AddModel("m", "1", "EMBEDDING", "albert", "cpu", 0.25);
+  metrics.RecordRequest("m", "Embed", "OK", 0.004);
+  const std::string text = metrics.Render();
+  const std::vector<std::pair<std::string, std::string>> families = {
+      {"odeserve_requests_total", "counter"},
+      {"odeserve_request_duration_seconds", "histogram"},
+      {"odeserve_queue_duration_seconds", "histogram"},
+      {"odeserve_compute_duration_seconds", "histogram"},
+      {"odeserve_solver_steps", "histogram"},
+      {"odeserve_budget_requests_total", "counter"},
+      {"odeserve_batch_size", "histogram"},
+      {"odeserve_batch_tokens", "histogram"},
+      {"odeserve_queue_depth", "gauge"},
+      {"odeserve_requests_in_flight", "gauge"},
+      {"odeserve_cost_model_relative_error", "histogram"},
+      {"odeserve_input_tokens_total", "counter"},
+      {"odeserve_model_info", "gauge"},
+      {"odeserve_model_load_seconds", "gauge"},
+      {"odeserve_build_info", "gauge"},
+  };
+  for (const auto& [name, type] : families) {
+    EXPECT_THAT(text, HasSubstr("# TYPE " + name + " " + type + "\n")) << name;
+    EXPECT_THAT(text, HasSubstr("# HELP " + name + " ")) << name;
+  }
+  EXPECT_THAT(text, HasSubstr("odeserve_requests_total{code=\"OK\",method=\"Embed\",model=\"m\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_build_info{commit=\"abc1234\",libtorch=\"1.13.1\",version=\"0.1.0\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_model_info{device=\"cpu\",family=\"albert\",model=\"m\",task=\"EMBEDDING\","
+                              "version=\"1\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_model_load_seconds{model=\"m\"} 0.25\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_queue_depth{model=\"m\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_requests_in_flight{model=\"m\"} 0\n"));
+  for (const char* outcome : {"met", "missed", "refused"}) {
+    EXPECT_THAT(text, HasSubstr(std::string("odeserve_budget_requests_total{model=\"m\",outcome=\"") + outcome +
+                                "\"} 0\n"));
+  }
+}
+
+TEST(Metrics, HistogramsExposeBucketsSumAndCount) {
+  Metrics metrics(TestBuild());
+  metrics.AddModel("m", "1", "EMBEDDING", "albert", "cpu", 0.25);
+  metrics.RecordRequest("m", "Embed", "OK", 0.004);
+  metrics.RecordRequest("m", "Embed", "OK", 0.5);
+  metrics.RecordRequest("m", "Embed", "INVALID_ARGUMENT", 0.0001);
+  const std::string text = metrics.Render();
+  const std::string series = "odeserve_request_duration_seconds";
+  const std::string labels = "method=\"Embed\",model=\"m\"";
+  EXPECT_THAT(text, HasSubstr(series + "_count{" + labels + "} 3\n"));
+  EXPECT_THAT(text, HasSubstr(series + "_sum{" + labels + "} 0.5041\n"));
+  EXPECT_THAT(text, HasSubstr(series + "_bucket{" + labels + ",le=\"0.0005\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr(series + "_bucket{" + labels + ",le=\"0.005\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr(series + "_bucket{" + labels + ",le=\"0.3\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr(series + "_bucket{" + labels + ",le=\"0.5\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr(series + "_bucket{" + labels + ",le=\"+Inf\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_requests_total{code=\"OK\",method=\"Embed\",model=\"m\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_requests_total{code=\"INVALID_ARGUMENT\",method=\"Embed\",model=\"m\"} 1\n"));
+}
+
+TEST(Metrics, ModelChildrenRecordSchedulerEvents) {
+  Metrics metrics(TestBuild());
+  ModelMetrics* m = metrics.AddModel("m", "1", "EMBEDDING", "albert", "cpu", 0.25);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(metrics.AddModel("m", "1", "EMBEDDING", "albert", "cpu", 0.25), m) << "children are created once";
+  m->OnQueueDepth(3);
+  scheduler::BatchObservation batch;
+  batch.rows = 5;
+  batch.padded_tokens = 100;
+  batch.relative_error = 0.04;
+  m->OnBatch(batch);
+  m->ObserveCall(0.002, 0.010, 4, 17);
+  m->ObserveBudget("met");
+  m->ObserveBudget("met");
+  m->ObserveBudget("missed");
+  m->ObserveBudget("refused");
+  m->in_flight().Increment();
+  const std::string text = metrics.Render();
+  EXPECT_THAT(text, HasSubstr("odeserve_queue_depth{model=\"m\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_requests_in_flight{model=\"m\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_batch_size_count{model=\"m\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_batch_size_sum{model=\"m\"} 5\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_batch_size_bucket{model=\"m\",le=\"4\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_batch_size_bucket{model=\"m\",le=\"8\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_batch_tokens_sum{model=\"m\"} 100\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_cost_model_relative_error_bucket{model=\"m\",le=\"0.05\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_cost_model_relative_error_bucket{model=\"m\",le=\"0.02\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_queue_duration_seconds_sum{model=\"m\"} 0.002\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_compute_duration_seconds_sum{model=\"m\"} 0.01\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_solver_steps_bucket{model=\"m\",le=\"3\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_solver_steps_bucket{model=\"m\",le=\"4\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_input_tokens_total{model=\"m\"} 17\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_budget_requests_total{model=\"m\",outcome=\"met\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_budget_requests_total{model=\"m\",outcome=\"missed\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_budget_requests_total{model=\"m\",outcome=\"refused\"} 1\n"));
+}
+
+TEST(Metrics, ExposerServesMetricsOnPortZero) {
+  Metrics metrics(TestBuild());
+  metrics.AddModel("m", "1", "EMBEDDING", "albert", "cpu", 0.25);
+  metrics.RecordRequest("m", "Embed", "OK", 0.004);
+  EXPECT_EQ(metrics.exposer_port(), 0);
+  ASSERT_TRUE(metrics.StartExposer("127.0.0.1", 0).ok());
+  const int port = metrics.exposer_port();
+  ASSERT_GT(port, 0);
+
+  const HttpResponse ok = Parse(Exchange(port, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+  EXPECT_EQ(ok.status_line, "HTTP/1.1 200 OK");
+  EXPECT_THAT(ok.headers, HasSubstr("Content-Type: text/plain; version=0.0.4"));
+  EXPECT_THAT(ok.headers, HasSubstr("Content-Length: " + std::to_string(ok.body.size()) + "\r\n"));
+  EXPECT_THAT(ok.body, HasSubstr("odeserve_requests_total{code=\"OK\",method=\"Embed\",model=\"m\"} 1\n"));
+  EXPECT_THAT(ok.body, HasSubstr("# TYPE odeserve_build_info gauge\n"));
+
+  // The body is rendered per scrape.
+  metrics.RecordRequest("m", "Embed", "OK", 0.004);
+  const HttpResponse again = Parse(Exchange(port, "GET /metrics?format=text HTTP/1.1\r\n\r\n"));
+  EXPECT_EQ(again.status_line, "HTTP/1.1 200 OK");
+  EXPECT_THAT(again.body, HasSubstr("odeserve_requests_total{code=\"OK\",method=\"Embed\",model=\"m\"} 2\n"));
+
+  const HttpResponse not_found = Parse(Exchange(port, "GET /other HTTP/1.1\r\n\r\n"));
+  EXPECT_EQ(not_found.status_line, "HTTP/1.1 404 Not Found");
+  EXPECT_THAT(not_found.body, Not(HasSubstr("odeserve_")));
+  EXPECT_EQ(Parse(Exchange(port, "GET /metricsx HTTP/1.1\r\n\r\n")).status_line, "HTTP/1.1 404 Not Found");
+  EXPECT_EQ(Parse(Exchange(port, "GET / HTTP/1.1\r\n\r\n")).status_line, "HTTP/1.1 404 Not Found");
+
+  EXPECT_EQ(Parse(Exchange(port, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n")).status_line,
+            "HTTP/1.1 405 Method Not Allowed");
+
+  const HttpResponse head = Parse(Exchange(port, "HEAD /metrics HTTP/1.1\r\n\r\n"));
+  EXPECT_EQ(head.status_line, "HTTP/1.1 200 OK");
+  EXPECT_EQ(head.body, "");
+  EXPECT_THAT(head.headers, HasSubstr("Content-Length: "));
+}
+
+TEST(HttpExposer, ServesTheRenderedBodyAndStops) {
+  std::atomic<int> renders{0};
+  HttpExposer exposer([&] {
+    ++renders;
+    return std::string("hello 1\n");
+  });
+  ASSERT_TRUE(exposer.Start("127.0.0.1", 0).ok());
+  const int port = exposer.port();
+  ASSERT_GT(port, 0);
+  const std::string raw = Exchange(port, "GET /metrics HTTP/1.0\r\n\r\n");
+  EXPECT_THAT(raw, StartsWith("HTTP/1.1 200 OK\r\n"));
+  EXPECT_THAT(raw, HasSubstr("Content-Length: 8\r\n"));
+  EXPECT_EQ(Parse(raw).body, "hello 1\n");
+  EXPECT_EQ(renders, 1);
+  // A 404 does not render.
+  Exchange(port, "GET /nothing HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(renders, 1);
+
+  // The port is taken while it serves.
+  HttpExposer second([] { return std::string(); });
+  const absl::Status taken = second.Start("127.0.0.1", port);
+  EXPECT_EQ(taken.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(taken.message()), HasSubstr(std::to_string(port)));
+
+  exposer.Stop();
+  EXPECT_EQ(Exchange(port, "GET /metrics HTTP/1.0\r\n\r\n"), "<connect failed>");
+}
+
+}  // namespace
+}  // namespace odeserve::metrics

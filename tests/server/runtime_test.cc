@@ -1,0 +1,574 @@
+// runtime/: the TorchScript contract on every tiny model (Euler with n = L reproduces forward),
+// the batch executor (rows with different step counts, trimming, abandonment and its exact
+// compute accounting), solver convergence orders, device parsing and load errors.
+// The only test file that includes LibTorch.
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "server/repository/model_config.h"
+#include "server/runtime/solvers.h"
+#include "server/runtime/torch_executor.h"
+#include "server/runtime/torch_model.h"
+#include "server/tokenizer/tokenizer.h"
+
+namespace odeserve::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using scheduler::ExecBatch;
+using scheduler::ExecRow;
+using scheduler::ExecStats;
+using ::testing::HasSubstr;
+
+const fs::path kRepository = ODESERVE_TEST_REPOSITORY;
+// Outputs agree to 1e-5, relative to the output's scale when that exceeds 1 (the tiny
+// classifier's logits exceed 128, where one float32 ulp is 1.5e-5).
+constexpr double kTolerance = 1e-5;
+
+class SingleThreadedTorch : public ::testing::Environment {
+ public:
+  void SetUp() override { torch::set_num_threads(1); }
+};
+[[maybe_unused]] ::testing::Environment* const kTorchEnvironment =
+    ::testing::AddGlobalTestEnvironment(new SingleThreadedTorch);
+
+// Texts of different lengths, including characters the tiny vocabulary lacks.
+const std::vector<std::string> kTexts = {
+    "library",
+    "Python bindings for the GNU scientific library",
+    "game",
+    "development files for the XML parsing library, with documentation and many examples of use",
+    "Stra\xC3\x9F" "e \xE4\xB8\xAD\xE6\x96\x87 \xF0\x9F\x98\x80 tools",
+    "tools for the command line",
+};
+
+struct TinyModel {
+  v1::ModelConfig config;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  std::shared_ptr<TorchModel> model;
+  InputLayout layout;
+  std::vector<tokenizer::EncodedText> rows;  // kTexts, encoded
+  int depth = 0;
+};
+
+// Loads a tiny model the way server/core/model_manager.cc does.
+std::unique_ptr<TinyModel> LoadTiny(const std::string& name) {
+  auto tiny = std::make_unique<TinyModel>();
+  const fs::path dir = kRepository / name;
+  auto config = repository::LoadModelConfig(dir);
+  EXPECT_TRUE(config.ok()) << config.status();
+  if (!config.ok()) return nullptr;
+  tiny->config = *config;
+  tokenizer::TokenizerOptions options;
+  options.add_bos = config->tokenizer().add_bos();
+  options.add_eos = config->tokenizer().add_eos();
+  options.hashed = config->tokenizer().input_kind() == v1::HASHED_NGRAMS;
+  options.hash.dim = config->tokenizer().hash().dim();
+  options.hash.seed = config->tokenizer().hash().seed();
+  options.hash.orders.assign(config->tokenizer().hash().ngram_orders().begin(),
+                             config->tokenizer().hash().ngram_orders().end());
+  auto tokenizer = tokenizer::Tokenizer::Load((dir / config->tokenizer().model_file()).string(), options);
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  if (!tokenizer.ok()) return nullptr;
+  tiny->tokenizer = *std::move(tokenizer);
+  auto model = TorchModel::Load((dir / config->torchscript_file()).string(), torch::Device(torch::kCPU),
+                                config->trained_depth());
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return nullptr;
+  tiny->model = std::shared_ptr<TorchModel>(std::move(*model));
+  tiny->depth = tiny->model->trained_depth();
+  tiny->layout.hashed = options.hashed;
+  tiny->layout.feature_dim = options.hash.dim;
+  tiny->layout.pad_id = tiny->tokenizer->pad_id();
+  for (const auto& text : kTexts) {
+    auto encoded = tiny->tokenizer->Encode(text, config->max_sequence_length(), true);
+    EXPECT_TRUE(encoded.ok()) << encoded.status();
+    if (!encoded.ok()) return nullptr;
+    tiny->rows.push_back(*std::move(encoded));
+  }
+  return tiny;
+}
+
+int OutputWidth(const v1::ModelConfig& config) {
+  return config.task() == v1::CLASSIFICATION ? config.labels_size() : config.embedding_dimension();
+}
+
+double MaxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+}
+
+double MaxAbs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, std::abs(double(x)));
+  return m;
+}
+
+// kTolerance scaled by the larger of 1 and the reference's largest magnitude.
+double Tolerance(const std::vector<float>& reference) { return kTolerance * std::max(1.0, MaxAbs(reference)); }
+double Tolerance(const torch::Tensor& reference) {
+  return kTolerance * std::max(1.0, reference.abs().max().item<double>());
+}
+
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::abs(double(a[i]) - b[i]));
+  return worst;
+}
+
+// Runs `batch` and returns each row's output (empty if the row never finished).
+struct RunResult {
+  absl::StatusOr<ExecStats> stats;
+  std::vector<std::vector<float>> outputs;
+  std::vector<int> done_calls;
+};
+
+RunResult RunBatch(TorchExecutor& executor, const ExecBatch& batch,
+                   const scheduler::RowAbandonedFn& abandoned = [](size_t) { return false; }) {
+  RunResult result;
+  result.outputs.resize(batch.rows.size());
+  result.done_calls.assign(batch.rows.size(), 0);
+  result.stats = executor.Run(
+      batch,
+      [&](size_t row, absl::Span<const float> output) {
+        result.outputs.at(row).assign(output.begin(), output.end());
+        ++result.done_calls.at(row);
+      },
+      abandoned);
+  return result;
+}
+
+// The executor's token-evaluation count, computed independently: every iteration costs
+// (active rows) x (longest active row) x (evaluations per step).
+int64_t ExpectedTokenEvaluations(const std::vector<int>& lengths, const std::vector<int>& leave_after,
+                                 int evaluations) {
+  int64_t total = 0;
+  const int iterations = *std::max_element(leave_after.begin(), leave_after.end());
+  for (int it = 1; it <= iterations; ++it) {
+    int active = 0, longest = 0;
+    for (size_t r = 0; r < lengths.size(); ++r) {
+      if (leave_after[r] >= it) {
+        ++active;
+        longest = std::max(longest, lengths[r]);
+      }
+    }
+    total += int64_t{active} * longest * evaluations;
+  }
+  return total;
+}
+
+// ---- The contract on every tiny model --------------------------------------------------------
+
+class EveryTinyModel : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    tiny_ = LoadTiny(GetParam());
+    ASSERT_NE(tiny_, nullptr);
+    ASSERT_EQ(tiny_->depth, tiny_->config.trained_depth());
+  }
+  std::unique_ptr<TinyModel> tiny_;
+};
+
+TEST_P(EveryTinyModel, MakeInputsPadsAndMasks) {
+  TorchExecutor executor(tiny_->model, tiny_->layout);
+  std::vector<ExecRow> rows;
+  size_t longest = 0;
+  for (const auto& row : tiny_->rows) {
+    rows.push_back({&row, 1});
+    longest = std::max(longest, row.ids.size());
+  }
+  auto [x, mask] = executor.MakeInputs(rows);
+  const int64_t batch = static_cast<int64_t>(rows.size());
+  ASSERT_EQ(mask.sizes(), (std::vector<int64_t>{batch, static_cast<int64_t>(longest)}));
+  EXPECT_EQ(mask.scalar_type(), torch::kFloat32);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t length = static_cast<int64_t>(tiny_->rows[b].ids.size());
+    EXPECT_EQ(mask[b].sum().item<float>(), static_cast<float>(length)) << b;
+    EXPECT_EQ(mask[b].slice(0, 0, length).min().item<float>(), 1.0f) << b;
+  }
+  if (tiny_->layout.hashed) {
+    const int64_t dim = tiny_->layout.feature_dim;
+    ASSERT_EQ(x.sizes(), (std::vector<int64_t>{batch, static_cast<int64_t>(longest), dim}));
+    EXPECT_EQ(x.scalar_type(), torch::kFloat32);
+    for (int64_t b = 0; b < batch; ++b) {
+      const auto& row = tiny_->rows[b];
+      const int64_t length = static_cast<int64_t>(row.ids.size());
+      const torch::Tensor want =
+          torch::from_blob(const_cast<float*>(row.features.data()), {length, dim}, torch::kFloat32);
+      EXPECT_TRUE(torch::equal(x[b].slice(0, 0, length), want)) << b;
+      if (length < static_cast<int64_t>(longest)) {
+        EXPECT_EQ(x[b].slice(0, length).abs().max().item<float>(), 0.0f) << "pads must be zero";
+      }
+    }
+  } else {
+    ASSERT_EQ(x.sizes(), (std::vector<int64_t>{batch, static_cast<int64_t>(longest)}));
+    EXPECT_EQ(x.scalar_type(), torch::kInt64);
+    for (int64_t b = 0; b < batch; ++b) {
+      const auto& ids = tiny_->rows[b].ids;
+      for (int64_t t = 0; t < static_cast<int64_t>(longest); ++t) {
+        const int64_t want = t < static_cast<int64_t>(ids.size()) ? ids[t] : tiny_->layout.pad_id;
+        EXPECT_EQ(x[b][t].item<int64_t>(), want) << b << "," << t;
+      }
+    }
+  }
+}
+
+TEST_P(EveryTinyModel, EulerWithDtOneReproducesForward) {
+  TorchExecutor executor(tiny_->model, tiny_->layout);
+  std::vector<ExecRow> rows;
+  for (const auto& row : tiny_->rows) rows.push_back({&row, tiny_->depth});
+  auto [x, mask] = executor.MakeInputs(rows);
+  c10::InferenceMode guard;
+
+  auto forward = tiny_->model->Forward(x, mask);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  const torch::Tensor reference = *forward;
+  ASSERT_EQ(reference.sizes(), (std::vector<int64_t>{static_cast<int64_t>(rows.size()), OutputWidth(tiny_->config)}));
+  ASSERT_GT(reference.abs().max().item<float>(), 0.0f);
+
+  auto h0 = tiny_->model->InputStage(x, mask);
+  ASSERT_TRUE(h0.ok()) << h0.status();
+  torch::Tensor h = *h0;
+  const VectorField field = [&](const torch::Tensor& state) {
+    return tiny_->model->VectorFieldUnchecked(state, mask);
+  };
+  const torch::Tensor dt = torch::ones({h.size(0)}, torch::kFloat64);
+  for (int i = 0; i < tiny_->depth; ++i) h = SolverStep(scheduler::Solver::kEuler, field, h, dt);
+  auto out = tiny_->model->OutputStage(h, mask);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_LE(MaxAbsDiff(*out, reference), Tolerance(reference));
+
+  // The same through the executor, one step of dt = L / L per step.
+  RunResult run = RunBatch(executor, ExecBatch{scheduler::Solver::kEuler, rows});
+  ASSERT_TRUE(run.stats.ok()) << run.stats.status();
+  EXPECT_EQ(run.stats->iterations, tiny_->depth);
+  EXPECT_EQ(run.stats->padded_tokens, mask.numel());
+  EXPECT_EQ(run.stats->token_evaluations, mask.numel() * tiny_->depth);
+  EXPECT_GT(run.stats->seconds, 0.0);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    EXPECT_EQ(run.done_calls[r], 1) << r;
+    const torch::Tensor want = reference[static_cast<int64_t>(r)].contiguous();
+    const std::vector<float> expected(want.data_ptr<float>(), want.data_ptr<float>() + want.numel());
+    EXPECT_LE(MaxAbsDiff(run.outputs[r], expected), Tolerance(expected)) << "row " << r;
+  }
+}
+
+TEST_P(EveryTinyModel, RowsWithDifferentStepsMatchRunningAlone) {
+  TorchExecutor executor(tiny_->model, tiny_->layout);
+  const int L = tiny_->depth;
+  // The longest text (index 3) leaves first, so the batch is trimmed while others still run.
+  const std::vector<int> steps = {3, L, 2 * L, 1, 2, L + 1};
+  for (const auto solver : {scheduler::Solver::kEuler, scheduler::Solver::kHeun, scheduler::Solver::kRk4}) {
+    ExecBatch batch{solver, {}};
+    std::vector<int> lengths;
+    for (size_t r = 0; r < tiny_->rows.size(); ++r) {
+      batch.rows.push_back({&tiny_->rows[r], steps[r]});
+      lengths.push_back(static_cast<int>(tiny_->rows[r].ids.size()));
+    }
+    ASSERT_EQ(*std::max_element(lengths.begin(), lengths.end()), lengths[3]) << "text 3 must be the longest";
+    RunResult together = RunBatch(executor, batch);
+    ASSERT_TRUE(together.stats.ok()) << together.stats.status();
+    EXPECT_EQ(together.stats->iterations, 2 * L);
+    EXPECT_EQ(together.stats->token_evaluations,
+              ExpectedTokenEvaluations(lengths, steps, scheduler::EvaluationsPerStep(solver)));
+    for (size_t r = 0; r < batch.rows.size(); ++r) {
+      RunResult alone = RunBatch(executor, ExecBatch{solver, {batch.rows[r]}});
+      ASSERT_TRUE(alone.stats.ok());
+      EXPECT_EQ(together.done_calls[r], 1);
+      ASSERT_EQ(together.outputs[r].size(), static_cast<size_t>(OutputWidth(tiny_->config)));
+      EXPECT_LE(MaxAbsDiff(together.outputs[r], alone.outputs[0]), Tolerance(alone.outputs[0]))
+          << scheduler::SolverName(solver) << " row " << r << " steps " << steps[r];
+    }
+  }
+}
+
+TEST_P(EveryTinyModel, StepCountsChangeTheOutput) {
+  // Guards the test above: the tiny models' fields are strong enough that steps matter.
+  TorchExecutor executor(tiny_->model, tiny_->layout);
+  const auto& row = tiny_->rows[1];
+  RunResult one = RunBatch(executor, ExecBatch{scheduler::Solver::kEuler, {{&row, 1}}});
+  RunResult full = RunBatch(executor, ExecBatch{scheduler::Solver::kEuler, {{&row, tiny_->depth}}});
+  ASSERT_TRUE(one.stats.ok());
+  ASSERT_TRUE(full.stats.ok());
+  EXPECT_GT(MaxAbsDiff(one.outputs[0], full.outputs[0]), 100 * Tolerance(full.outputs[0]));
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, EveryTinyModel,
+                         ::testing::Values("tiny-albert", "tiny-sharebert", "tiny-eelbert", "tiny-classifier"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+// ---- Abandonment -----------------------------------------------------------------------------
+
+TEST(TorchExecutor, AbandonedRowLeavesAndStopsCosting) {
+  auto tiny = LoadTiny("tiny-albert");
+  ASSERT_NE(tiny, nullptr);
+  TorchExecutor executor(tiny->model, tiny->layout);
+  const auto solver = scheduler::Solver::kHeun;
+  const int steps = 8;
+  const int k = 3;  // row 1 is abandoned from the k-th poll (after iteration k) on
+  // Row 1 is the longest, so the batch is also trimmed when it leaves.
+  const std::vector<const tokenizer::EncodedText*> inputs = {&tiny->rows[0], &tiny->rows[3], &tiny->rows[2]};
+  ExecBatch batch{solver, {}};
+  std::vector<int> lengths;
+  for (const auto* input : inputs) {
+    batch.rows.push_back({input, steps});
+    lengths.push_back(static_cast<int>(input->ids.size()));
+  }
+  ASSERT_GT(lengths[1], std::max(lengths[0], lengths[2]));
+  std::vector<int> polls(3, 0);
+  RunResult run = RunBatch(executor, batch, [&](size_t row) { return ++polls.at(row) >= k && row == 1; });
+  ASSERT_TRUE(run.stats.ok()) << run.stats.status();
+  EXPECT_EQ(run.done_calls, (std::vector<int>{1, 0, 1}));
+  EXPECT_TRUE(run.outputs[1].empty());
+  EXPECT_EQ(polls[1], k) << "an abandoned row is not polled again";
+  EXPECT_EQ(run.stats->iterations, steps);
+  EXPECT_EQ(run.stats->padded_tokens, 3 * lengths[1]);
+  const int64_t expected = ExpectedTokenEvaluations(lengths, {steps, k, steps}, 2);
+  EXPECT_EQ(expected, int64_t{k} * 3 * lengths[1] * 2 + int64_t{steps - k} * 2 * std::max(lengths[0], lengths[2]) * 2);
+  EXPECT_EQ(run.stats->token_evaluations, expected);
+
+  // The rows that stayed are unaffected by their neighbour leaving.
+  RunResult pair = RunBatch(executor, ExecBatch{solver, {batch.rows[0], batch.rows[2]}});
+  ASSERT_TRUE(pair.stats.ok());
+  EXPECT_LE(MaxAbsDiff(run.outputs[0], pair.outputs[0]), Tolerance(pair.outputs[0]));
+  EXPECT_LE(MaxAbsDiff(run.outputs[2], pair.outputs[1]), Tolerance(pair.outputs[1]));
+}
+
+TEST(TorchExecutor, AllRowsAbandonedEndsTheRunAtOnce) {
+  auto tiny = LoadTiny("tiny-albert");
+  ASSERT_NE(tiny, nullptr);
+  TorchExecutor executor(tiny->model, tiny->layout);
+  ExecBatch batch{scheduler::Solver::kEuler, {{&tiny->rows[0], 8}, {&tiny->rows[1], 8}}};
+  RunResult run = RunBatch(executor, batch, [](size_t) { return true; });
+  ASSERT_TRUE(run.stats.ok());
+  EXPECT_EQ(run.done_calls, (std::vector<int>{0, 0}));
+  EXPECT_EQ(run.stats->iterations, 1);
+  EXPECT_EQ(run.stats->token_evaluations, run.stats->padded_tokens);
+}
+
+TEST(TorchExecutor, EmptyBatchCostsNothing) {
+  auto tiny = LoadTiny("tiny-albert");
+  ASSERT_NE(tiny, nullptr);
+  TorchExecutor executor(tiny->model, tiny->layout);
+  RunResult run = RunBatch(executor, ExecBatch{});
+  ASSERT_TRUE(run.stats.ok());
+  EXPECT_EQ(run.stats->token_evaluations, 0);
+  EXPECT_EQ(run.stats->iterations, 0);
+}
+
+// ---- Solver orders ---------------------------------------------------------------------------
+
+double ObservedOrder(scheduler::Solver solver, const VectorField& field, const torch::Tensor& h0,
+                     const torch::Tensor& exact, int n) {
+  const double coarse = MaxAbsDiff(Integrate(solver, field, h0, 1.0, n), exact);
+  const double fine = MaxAbsDiff(Integrate(solver, field, h0, 1.0, 2 * n), exact);
+  return std::log2(coarse / fine);
+}
+
+TEST(Solvers, ConvergenceOrdersOnALinearField) {
+  torch::manual_seed(11);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  const torch::Tensor A = torch::randn({6, 6}, f64) * 0.5;
+  const torch::Tensor h0 = torch::randn({3, 6}, f64);
+  const VectorField field = [&](const torch::Tensor& h) { return torch::matmul(h, A); };
+  // dh/dt = h A  =>  h(1) = h0 exp(A).
+  const torch::Tensor exact = torch::matmul(h0, torch::matrix_exp(A));
+  EXPECT_NEAR(ObservedOrder(scheduler::Solver::kEuler, field, h0, exact, 32), 1.0, 0.3);
+  EXPECT_NEAR(ObservedOrder(scheduler::Solver::kHeun, field, h0, exact, 16), 2.0, 0.3);
+  EXPECT_NEAR(ObservedOrder(scheduler::Solver::kRk4, field, h0, exact, 8), 4.0, 0.3);
+  // And the errors themselves shrink in the expected ranking at equal evaluations (16).
+  const double euler = MaxAbsDiff(Integrate(scheduler::Solver::kEuler, field, h0, 1.0, 16), exact);
+  const double heun = MaxAbsDiff(Integrate(scheduler::Solver::kHeun, field, h0, 1.0, 8), exact);
+  const double rk4 = MaxAbsDiff(Integrate(scheduler::Solver::kRk4, field, h0, 1.0, 4), exact);
+  EXPECT_LT(heun, euler);
+  EXPECT_LT(rk4, heun);
+}
+
+TEST(Solvers, ConvergenceOrdersOnATanhField) {
+  torch::manual_seed(5);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  const torch::Tensor W = torch::randn({8, 8}, f64) * 0.6;
+  const torch::Tensor h0 = torch::randn({4, 8}, f64);
+  const VectorField field = [&](const torch::Tensor& h) { return torch::tanh(torch::matmul(h, W)); };
+  const torch::Tensor reference = Integrate(scheduler::Solver::kRk4, field, h0, 1.0, 2048);
+  EXPECT_NEAR(ObservedOrder(scheduler::Solver::kEuler, field, h0, reference, 32), 1.0, 0.3);
+  EXPECT_NEAR(ObservedOrder(scheduler::Solver::kHeun, field, h0, reference, 16), 2.0, 0.3);
+  EXPECT_NEAR(ObservedOrder(scheduler::Solver::kRk4, field, h0, reference, 8), 4.0, 0.3);
+}
+
+TEST(Solvers, EachRowUsesItsOwnStepSize) {
+  torch::manual_seed(3);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  const torch::Tensor W = torch::randn({5, 5}, f64);
+  const VectorField field = [&](const torch::Tensor& h) { return torch::tanh(torch::matmul(h, W)); };
+  const torch::Tensor h = torch::randn({3, 2, 5}, f64);  // [B, T, H] like the models
+  const torch::Tensor dt = torch::tensor({0.5, 0.25, 2.0}, f64);
+  for (const auto solver : {scheduler::Solver::kEuler, scheduler::Solver::kHeun, scheduler::Solver::kRk4}) {
+    const torch::Tensor together = SolverStep(solver, field, h, dt);
+    for (int64_t b = 0; b < 3; ++b) {
+      const torch::Tensor alone = SolverStep(solver, field, h.slice(0, b, b + 1), dt.slice(0, b, b + 1));
+      EXPECT_LE(MaxAbsDiff(together.slice(0, b, b + 1), alone), 1e-12) << scheduler::SolverName(solver) << " row " << b;
+    }
+  }
+  // Euler is h + dt f(h) exactly.
+  const torch::Tensor euler = SolverStep(scheduler::Solver::kEuler, field, h, dt);
+  EXPECT_LE(MaxAbsDiff(euler, h + dt.view({3, 1, 1}) * field(h)), 1e-15);
+  // Field evaluations per step: 1, 2, 4.
+  for (const auto& [solver, want] : std::vector<std::pair<scheduler::Solver, int>>{
+           {scheduler::Solver::kEuler, 1}, {scheduler::Solver::kHeun, 2}, {scheduler::Solver::kRk4, 4}}) {
+    int calls = 0;
+    const VectorField counting = [&](const torch::Tensor& s) {
+      ++calls;
+      return field(s);
+    };
+    SolverStep(solver, counting, h, dt);
+    EXPECT_EQ(calls, want) << scheduler::SolverName(solver);
+    EXPECT_EQ(scheduler::EvaluationsPerStep(solver), want);
+  }
+}
+
+// ---- Devices and load errors -----------------------------------------------------------------
+
+TEST(ParseDevice, CpuCudaAndNonsense) {
+  auto cpu = ParseDevice("cpu");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_TRUE(cpu->is_cpu());
+
+  auto tpu = ParseDevice("tpu");
+  EXPECT_EQ(tpu.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(tpu.status().message()), HasSubstr("'tpu'"));
+  EXPECT_EQ(ParseDevice("").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseDevice("CPU ").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseDevice("cudax").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseDevice("cuda:x").status().code(), absl::StatusCode::kInvalidArgument);
+
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this LibTorch build sees a CUDA device";
+  for (const char* spec : {"cuda", "cuda:0", "cuda:3"}) {
+    auto cuda = ParseDevice(spec);
+    EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition) << spec;
+    EXPECT_THAT(std::string(cuda.status().message()), HasSubstr(std::string("'") + spec + "'"));
+  }
+}
+
+class LoadErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("odeserve-runtime-test-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(LoadErrors, NotTorchScriptIsInvalidArgumentNamingTheFile) {
+  const std::string path = (dir_ / "model.pt").string();
+  std::ofstream(path) << "this is not a TorchScript archive\n";
+  auto model = TorchModel::Load(path, torch::Device(torch::kCPU), 4);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr(path));
+
+  const std::string missing = (dir_ / "missing.pt").string();
+  model = TorchModel::Load(missing, torch::Device(torch::kCPU), 4);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr(missing));
+}
+
+TEST_F(LoadErrors, TrainedDepthMismatchIsInvalidArgument) {
+  const std::string path = (kRepository / "tiny-albert" / "model.pt").string();
+  auto model = TorchModel::Load(path, torch::Device(torch::kCPU), 6);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr(path));
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr("trained_depth 4 differs from config trained_depth 6"));
+}
+
+TEST_F(LoadErrors, MissingMethodsAndAttributeAreNamed) {
+  const std::string partial = (dir_ / "partial.pt").string();
+  {
+    torch::jit::Module module("Partial");
+    module.define("def forward(self, x: Tensor, mask: Tensor) -> Tensor:\n  return x\n");
+    module.save(partial);
+  }
+  auto model = TorchModel::Load(partial, torch::Device(torch::kCPU), 4);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr(partial));
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr("lacks method 'input_stage()'"));
+
+  const std::string no_depth = (dir_ / "no_depth.pt").string();
+  {
+    torch::jit::Module module("NoDepth");
+    module.define(
+        "def input_stage(self, x: Tensor, mask: Tensor) -> Tensor:\n  return x\n"
+        "def vector_field(self, h: Tensor, mask: Tensor) -> Tensor:\n  return h\n"
+        "def output_stage(self, h: Tensor, mask: Tensor) -> Tensor:\n  return h\n"
+        "def forward(self, x: Tensor, mask: Tensor) -> Tensor:\n  return x\n");
+    module.save(no_depth);
+  }
+  model = TorchModel::Load(no_depth, torch::Device(torch::kCPU), 4);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr("lacks attribute 'trained_depth'"));
+}
+
+TEST_F(LoadErrors, AModelWhoseFieldFailsIsAnErrorNotACrash) {
+  // A field that only accepts 1-row batches: the executor must report, not throw.
+  const std::string path = (dir_ / "failing.pt").string();
+  {
+    torch::jit::Module module("Failing");
+    module.register_attribute("trained_depth", c10::IntType::get(), 2);
+    module.define(
+        "def input_stage(self, x: Tensor, mask: Tensor) -> Tensor:\n"
+        "  return x.float().unsqueeze(-1) * mask.unsqueeze(-1)\n"
+        "def vector_field(self, h: Tensor, mask: Tensor) -> Tensor:\n"
+        "  assert h.size(0) == 1, 'field exploded'\n"
+        "  return -0.5 * h\n"
+        "def output_stage(self, h: Tensor, mask: Tensor) -> Tensor:\n"
+        "  return h.sum(1)\n"
+        "def forward(self, x: Tensor, mask: Tensor) -> Tensor:\n"
+        "  h = self.input_stage(x, mask)\n"
+        "  for _ in range(2):\n"
+        "    h = h + self.vector_field(h, mask)\n"
+        "  return self.output_stage(h, mask)\n");
+    module.save(path);
+  }
+  auto loaded = TorchModel::Load(path, torch::Device(torch::kCPU), 2);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto model = std::shared_ptr<TorchModel>(std::move(*loaded));
+  TorchExecutor executor(model, InputLayout{});
+  tokenizer::EncodedText a, b;
+  a.ids = {4, 2};
+  b.ids = {1};
+  // One row: dh/dt = -h/2 with RK4 over t in [0, 2]: h(2) = h0 e^-1, summed over tokens.
+  RunResult one = RunBatch(executor, ExecBatch{scheduler::Solver::kRk4, {{&a, 16}}});
+  ASSERT_TRUE(one.stats.ok()) << one.stats.status();
+  ASSERT_EQ(one.outputs[0].size(), 1u);
+  EXPECT_NEAR(one.outputs[0][0], 6.0 * std::exp(-1.0), 1e-5);
+  // Two rows: the field throws inside the executor.
+  RunResult two = RunBatch(executor, ExecBatch{scheduler::Solver::kEuler, {{&a, 2}, {&b, 2}}});
+  ASSERT_FALSE(two.stats.ok());
+  EXPECT_EQ(two.stats.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(two.stats.status().message()), HasSubstr("field exploded"));
+  EXPECT_EQ(two.done_calls, (std::vector<int>{0, 0}));
+}
+
+}  // namespace
+}  // namespace odeserve::runtime

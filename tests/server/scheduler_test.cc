@@ -1,0 +1,943 @@
+// scheduler/: batching, admission, cancellation, deadlines and draining with a fake executor
+// (no LibTorch, no timing noise in what is asserted), the step planner, and the cost model.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "server/scheduler/cost_model.h"
+#include "server/scheduler/model_scheduler.h"
+
+namespace odeserve::scheduler {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// A tokenized row of `length` tokens whose first id is a marker identifying it.
+tokenizer::EncodedText Row(int marker, int length) {
+  tokenizer::EncodedText row;
+  row.ids.assign(static_cast<size_t>(length), 1);
+  row.ids[0] = marker;
+  return row;
+}
+
+// Records every batch; runs rows through `steps` iterations like the real executor (finished
+// rows report and leave, abandoned rows leave silently); can be held inside Run by the test.
+class FakeExecutor : public BatchExecutor {
+ public:
+  struct RecordedRow {
+    int marker;
+    int length;
+    int steps;
+  };
+  struct RecordedBatch {
+    Solver solver;
+    std::vector<RecordedRow> rows;
+    std::vector<int> iterations;  // per row: iterations it took part in
+  };
+
+  absl::StatusOr<ExecStats> Run(const ExecBatch& batch, const RowDoneFn& on_done,
+                                const RowAbandonedFn& abandoned) override {
+    const auto started = std::chrono::steady_clock::now();
+    RecordedBatch record{batch.solver, {}, {}};
+    for (const auto& row : batch.rows) {
+      record.rows.push_back({static_cast<int>(row.input->ids[0]), static_cast<int>(row.input->ids.size()), row.steps});
+    }
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      batches_.push_back(record);
+      ++runs_started_;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return !hold_; });
+    }
+    const size_t record_index = batches_.size() - 1;  // one Run at a time
+    std::vector<int> participation(batch.rows.size(), 0);
+    if (concurrent_ != nullptr) {
+      const int now = ++*concurrent_;
+      int seen = max_concurrent_->load();
+      while (now > seen && !max_concurrent_->compare_exchange_weak(seen, now)) {
+      }
+    }
+    ExecStats stats;
+    const int evaluations = EvaluationsPerStep(batch.solver);
+    std::vector<size_t> active;
+    int64_t longest = 0;
+    for (size_t i = 0; i < batch.rows.size(); ++i) {
+      active.push_back(i);
+      longest = std::max<int64_t>(longest, batch.rows[i].input->ids.size());
+    }
+    stats.padded_tokens = longest * static_cast<int64_t>(batch.rows.size());
+    int iteration = 0;
+    while (!active.empty()) {
+      if (per_iteration_ > std::chrono::microseconds(0)) std::this_thread::sleep_for(per_iteration_);
+      int64_t active_longest = 0;
+      for (size_t i : active) active_longest = std::max<int64_t>(active_longest, batch.rows[i].input->ids.size());
+      stats.token_evaluations += active_longest * static_cast<int64_t>(active.size()) * evaluations;
+      ++iteration;
+      for (size_t i : active) ++participation[i];
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        batches_[record_index].iterations = participation;  // before any row reports
+      }
+      if (on_iteration_) on_iteration_(iteration);
+      std::vector<size_t> kept;
+      for (size_t i : active) {
+        const ExecRow& row = batch.rows[i];
+        if (row.steps <= iteration) {
+          const float output[3] = {static_cast<float>(row.input->ids[0]), static_cast<float>(row.steps),
+                                   static_cast<float>(row.input->ids.size())};
+          on_done(i, absl::MakeConstSpan(output, 3));
+        } else if (!abandoned(i)) {
+          kept.push_back(i);
+        }
+      }
+      active.swap(kept);
+    }
+    stats.iterations = iteration;
+    if (concurrent_ != nullptr) --*concurrent_;
+    stats.seconds = synthetic_seconds_
+                        ? synthetic_seconds_(static_cast<int64_t>(batch.rows.size()), stats.padded_tokens,
+                                             stats.token_evaluations)
+                        : std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    return stats;
+  }
+
+  void Hold() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    hold_ = true;
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      hold_ = false;
+    }
+    cv_.notify_all();
+  }
+  // Waits until `n` runs have started (the last one may be held).
+  bool WaitRunsStarted(int n) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_for(lock, std::chrono::seconds(5), [&] { return runs_started_ >= n; });
+  }
+  std::vector<RecordedBatch> batches() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return batches_;
+  }
+
+  std::chrono::microseconds per_iteration_{0};
+  std::function<void(int)> on_iteration_;
+  std::function<double(int64_t, int64_t, int64_t)> synthetic_seconds_;
+  std::atomic<int>* concurrent_ = nullptr;      // runs in progress across executors
+  std::atomic<int>* max_concurrent_ = nullptr;  // the most seen at once
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool hold_ = false;
+  int runs_started_ = 0;
+  std::vector<RecordedBatch> batches_;
+};
+
+// Collects one item's completion.
+struct Completion {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::optional<absl::StatusOr<WorkResult>> result;
+  int calls = 0;
+
+  WorkDone Callback() {
+    return [this](absl::StatusOr<WorkResult> r) {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++calls;
+      result = std::move(r);
+      cv.notify_all();
+    };
+  }
+  const absl::StatusOr<WorkResult>& Wait() {
+    std::unique_lock<std::mutex> lock(mutex);
+    const bool done = cv.wait_for(lock, std::chrono::seconds(10), [&] { return result.has_value(); });
+    EXPECT_TRUE(done) << "item never completed";
+    if (!done) result = absl::InternalError("test: timed out waiting for completion");
+    return *result;
+  }
+  bool called() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return calls > 0;
+  }
+};
+
+std::unique_ptr<WorkItem> Item(std::vector<tokenizer::EncodedText> rows, int steps, Completion& completion,
+                               Solver solver = Solver::kEuler) {
+  auto item = std::make_unique<WorkItem>();
+  item->rows = std::move(rows);
+  item->steps = steps;
+  item->solver = solver;
+  item->done = completion.Callback();
+  return item;
+}
+
+SchedulerOptions Options() {
+  SchedulerOptions options;
+  options.model_name = "fake-model";
+  options.max_batch_size = 8;
+  options.max_batch_tokens = 1024;
+  options.max_queue_delay = absl::Milliseconds(1);
+  options.max_queue_size = 64;
+  options.min_steps = 1;
+  options.max_steps = 8;
+  options.default_steps = 4;
+  options.trained_depth = 4;
+  options.solvers = {Solver::kEuler, Solver::kHeun, Solver::kRk4};
+  return options;
+}
+
+// Starts a "plug" item and waits until the executor holds it, so that what the test submits
+// next queues up behind it deterministically.
+void Plug(ModelScheduler& scheduler, FakeExecutor& executor, Completion& completion, int runs_before = 0) {
+  executor.Hold();
+  ASSERT_TRUE(scheduler.Submit(Item({Row(900, 4)}, 1, completion)).ok());
+  ASSERT_TRUE(executor.WaitRunsStarted(runs_before + 1));
+}
+
+TEST(ModelScheduler, ItemsSubmittedTogetherRunInOneBatch) {
+  auto executor = std::make_shared<FakeExecutor>();
+  ModelScheduler scheduler(Options(), executor);
+  Completion plug, a, b, c;
+  Plug(scheduler, *executor, plug);
+  ASSERT_TRUE(scheduler.Submit(Item({Row(1, 5)}, 2, a)).ok());
+  ASSERT_TRUE(scheduler.Submit(Item({Row(2, 7), Row(3, 3)}, 2, b)).ok());
+  ASSERT_TRUE(scheduler.Submit(Item({Row(4, 6)}, 2, c)).ok());
+  EXPECT_EQ(scheduler.queued_rows(), 4);
+  executor->Release();
+
+  const auto& ra = a.Wait();
+  const auto& rb = b.Wait();
+  const auto& rc = c.Wait();
+  ASSERT_TRUE(ra.ok()) << ra.status();
+  ASSERT_TRUE(rb.ok()) << rb.status();
+  ASSERT_TRUE(rc.ok()) << rc.status();
+  ASSERT_TRUE(plug.Wait().ok());
+  const auto batches = executor->batches();
+  ASSERT_EQ(batches.size(), 2u);
+  ASSERT_EQ(batches[1].rows.size(), 4u);
+  std::vector<int> markers;
+  for (const auto& row : batches[1].rows) markers.push_back(row.marker);
+  EXPECT_THAT(markers, ElementsAre(1, 2, 3, 4));
+  EXPECT_EQ(ra->batch_rows, 4);
+  EXPECT_EQ(rb->batch_rows, 4);
+  // Each item gets its own rows back, in submission order.
+  ASSERT_EQ(rb->outputs.size(), 2u);
+  EXPECT_THAT(rb->outputs[0], ElementsAre(2.0f, 2.0f, 7.0f));
+  EXPECT_THAT(rb->outputs[1], ElementsAre(3.0f, 2.0f, 3.0f));
+  ASSERT_EQ(ra->outputs.size(), 1u);
+  EXPECT_THAT(ra->outputs[0], ElementsAre(1.0f, 2.0f, 5.0f));
+  EXPECT_THAT(rc->outputs.at(0), ElementsAre(4.0f, 2.0f, 6.0f));
+  EXPECT_GT(ra->queue_time, absl::ZeroDuration());
+  EXPECT_EQ(scheduler.queued_rows(), 0);
+  EXPECT_EQ(plug.calls, 1);
+  EXPECT_EQ(a.calls, 1);
+}
+
+TEST(ModelScheduler, AFullBatchStartsWithoutWaitingForTheQueueDelay) {
+  auto executor = std::make_shared<FakeExecutor>();
+  SchedulerOptions options = Options();
+  options.max_batch_size = 4;
+  options.max_queue_delay = absl::Seconds(3);
+  ModelScheduler scheduler(options, executor);
+  Completion a, b;
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(scheduler.Submit(Item({Row(1, 5), Row(2, 5)}, 1, a)).ok());
+  ASSERT_TRUE(scheduler.Submit(Item({Row(3, 5), Row(4, 5)}, 1, b)).ok());
+  ASSERT_TRUE(a.Wait().ok());
+  ASSERT_TRUE(b.Wait().ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  const auto batches = executor->batches();
+  ASSERT_EQ(batches.size(), 1u);
+  EXPECT_EQ(batches[0].rows.size(), 4u);
+}
+
+TEST(ModelScheduler, ALoneItemWaitsAtMostTheQueueDelay) {
+  auto executor = std::make_shared<FakeExecutor>();
+  SchedulerOptions options = Options();
+  options.max_queue_delay = absl::Milliseconds(100);
+  ModelScheduler scheduler(options, executor);
+  Completion a;
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(scheduler.Submit(Item({Row(1, 5)}, 1, a)).ok());
+  const auto& result = a.Wait();
+  ASSERT_TRUE(result.ok());
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(waited, std::chrono::milliseconds(95));
+  EXPECT_LT(waited, std::chrono::seconds(2));
+  EXPECT_GE(result->queue_time, absl::Milliseconds(95));
+}
+
+TEST(ModelScheduler, MaxBatchSizeIsRespected) {
+  auto executor = std::make_shared<FakeExecutor>();
+  SchedulerOptions options = Options();
+  options.max_batch_size = 2;
+  ModelScheduler scheduler(options, executor);
+  Completion plug;
+  Plug(scheduler, *executor, plug);
+  std::vector<Completion> done(5);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(scheduler.Submit(Item({Row(i + 1, 4)}, 1, done[i])).ok());
+  executor->Release();
+  for (auto& d : done) ASSERT_TRUE(d.Wait().ok());
+  const auto batches = executor->batches();
+  ASSERT_EQ(batches.size(), 4u);  // plug, then 2 + 2 + 1 in FIFO order
+  std::vector<std::vector<int>> markers;
+  for (size_t b = 1; b < batches.size(); ++b) {
+    EXPECT_LE(batches[b].rows.size(), 2u);
+    markers.emplace_back();
+    for (const auto& row : batches[b].rows) markers.back().push_back(row.marker);
+  }
+  EXPECT_THAT(markers, ElementsAre(ElementsAre(1, 2), ElementsAre(3, 4), ElementsAre(5)));
+}
+
+TEST(ModelScheduler, MaxBatchTokensIsRespected) {
+  auto executor = std::make_shared<FakeExecutor>();
+  SchedulerOptions options = Options();
+  options.max_batch_tokens = 40;
+  ModelScheduler scheduler(options, executor);
+  Completion plug;
+  Plug(scheduler, *executor, plug);
+  std::vector<Completion> done(4);
+  const int lengths[4] = {10, 10, 30, 10};
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(scheduler.Submit(Item({Row(i + 1, lengths[i])}, 1, done[i])).ok());
+  executor->Release();
+  for (auto& d : done) ASSERT_TRUE(d.Wait().ok());
+  const auto batches = executor->batches();
+  ASSERT_GE(batches.size(), 3u);
+  int rows_seen = 0;
+  for (size_t b = 1; b < batches.size(); ++b) {
+    int longest = 0;
+    for (const auto& row : batches[b].rows) longest = std::max(longest, row.length);
+    EXPECT_LE(longest * static_cast<int>(batches[b].rows.size()), 40) << "batch " << b;
+    rows_seen += static_cast<int>(batches[b].rows.size());
+  }
+  EXPECT_EQ(rows_seen, 4);
+  // The three short rows fit together (30 padded tokens); the long one runs alone.
+  EXPECT_EQ(batches.size(), 3u);
+}
+
+// One request may hold more inputs than max_batch_size (max_inputs_per_request defaults to 64,
+// max_batch_size to 32; the tiny models ship 32 and 16) or more padded tokens than
+// max_batch_tokens. The limits bound what one executor run holds, so such a request must be
+// computed in several runs, and still complete once with every output in order.
+TEST(ModelScheduler, OversizedItemNeverExceedsTheBatchLimits) {
+  auto executor = std::make_shared<FakeExecutor>();
+  SchedulerOptions options = Options();
+  options.max_batch_size = 4;
+  options.max_batch_tokens = 60;
+  ModelScheduler scheduler(options, executor);
+  Completion done;
+  std::vector<tokenizer::EncodedText> rows;
+  for (int i = 0; i < 10; ++i) rows.push_back(Row(i + 1, 12));
+  ASSERT_TRUE(scheduler.Submit(Item(std::move(rows), 2, done)).ok());
+  const auto& result = done.Wait();
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->outputs.size(), 10u);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(result->outputs[i].at(0), static_cast<float>(i + 1)) << i;
+  EXPECT_EQ(done.calls, 1);
+  for (const auto& batch : executor->batches()) {
+    int longest = 0;
+    for (const auto& row : batch.rows) longest = std::max(longest, row.length);
+    EXPECT_LE(batch.rows.size(), 4u) << "max_batch_size exceeded";
+    EXPECT_LE(longest * static_cast<int>(batch.rows.size()), 60) << "max_batch_tokens exceeded";
+  }
+}
+
+TEST(ModelScheduler, QueueFullIsResourceExhaustedAndRunsNothing) {
+  auto executor = std::make_shared<FakeExecutor>();
+  SchedulerOptions options = Options();
+  options.max_queue_size = 3;
+  ModelScheduler scheduler(options, executor);
+  Completion plug, first, refused;
+  Plug(scheduler, *executor, plug);
+  ASSERT_TRUE(scheduler.Submit(Item({Row(1, 4), Row(2, 4)}, 1, first)).ok());
+  const absl::Status status = scheduler.Submit(Item({Row(3, 4), Row(4, 4)}, 1, refused));
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("model 'fake-model'"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("max_queue_size 3"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("2 inputs queued"));
+  EXPECT_EQ(scheduler.queued_rows(), 2);
+  // One row still fits.
+  Completion one;
+  EXPECT_TRUE(scheduler.Submit(Item({Row(5, 4)}, 1, one)).ok());
+  EXPECT_EQ(scheduler.queued_rows(), 3);
+  executor->Release();
+  ASSERT_TRUE(first.Wait().ok());
+  ASSERT_TRUE(one.Wait().ok());
+  EXPECT_FALSE(refused.called());
+  for (const auto& batch : executor->batches()) {
+    for (const auto& row : batch.rows) EXPECT_NE(row.marker, 3);
+  }
+}
+
+TEST(ModelScheduler, CancelledItemIsDroppedBeforeCompute) {
+  auto executor = std::make_shared<FakeExecutor>();
+  ModelScheduler scheduler(Options(), executor);
+  Completion plug, cancelled, kept;
+  Plug(scheduler, *executor, plug);
+  auto flag = std::make_shared<std::atomic<bool>>(false);
+  auto item = Item({Row(7, 4)}, 1, cancelled);
+  item->cancelled = [flag] { return flag->load(); };
+  ASSERT_TRUE(scheduler.Submit(std::move(item)).ok());
+  ASSERT_TRUE(scheduler.Submit(Item({Row(8, 4)}, 1, kept)).ok());
+  flag->store(true);
+  executor->Release();
+  const auto& result = cancelled.Wait();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("while queued"));
+  ASSERT_TRUE(kept.Wait().ok());
+  for (const auto& batch : executor->batches()) {
+    for (const auto& row : batch.rows) EXPECT_NE(row.marker, 7) << "a cancelled row reached the executor";
+  }
+  EXPECT_EQ(scheduler.queued_rows(), 0);
+  EXPECT_EQ(cancelled.calls, 1);
+}
+
+TEST(ModelScheduler, ExpiredDeadlineIsDeadlineExceededBeforeCompute) {
+  auto executor = std::make_shared<FakeExecutor>();
+  ModelScheduler scheduler(Options(), executor);
+  Completion plug, expired, past;
+  Plug(scheduler, *executor, plug);
+  auto item = Item({Row(7, 4)}, 1, expired);
+  item->deadline = absl::Now() + absl::Milliseconds(20);
+  ASSERT_TRUE(scheduler.Submit(std::move(item)).ok());
+  auto already = Item({Row(6, 4)}, 1, past);
+  already->deadline = absl::Now() - absl::Milliseconds(1);
+  ASSERT_TRUE(scheduler.Submit(std::move(already)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  executor->Release();
+  for (Completion* c : {&expired, &past}) {
+    const auto& result = c->Wait();
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_THAT(std::string(result.status().message()), HasSubstr("in the queue of model 'fake-model'"));
+  }
+  for (const auto& batch : executor->batches()) {
+    for (const auto& row : batch.rows) {
+      EXPECT_NE(row.marker, 7);
+      EXPECT_NE(row.marker, 6);
+    }
+  }
+}
+
+TEST(ModelScheduler, CancelDuringComputeStopsWithinOneStep) {
+  auto executor = std::make_shared<FakeExecutor>();
+  auto flag = std::make_shared<std::atomic<bool>>(false);
+  // Cancel as the batch's second iteration completes: the item's rows must be polled and leave
+  // at that step boundary, so they take part in exactly 2 of the 8 iterations.
+  executor->on_iteration_ = [flag](int iteration) {
+    if (iteration == 2) flag->store(true);
+  };
+  SchedulerOptions options = Options();
+  options.max_batch_size = 3;                   // the batch starts once all 3 rows are queued
+  options.max_queue_delay = absl::Seconds(2);
+  ModelScheduler scheduler(options, executor);
+  Completion cancelled, kept;
+  auto item = Item({Row(7, 10), Row(8, 10)}, 8, cancelled);
+  item->cancelled = [flag] { return flag->load(); };
+  ASSERT_TRUE(scheduler.Submit(std::move(item)).ok());
+  ASSERT_TRUE(scheduler.Submit(Item({Row(9, 4)}, 8, kept)).ok());
+  const auto& result = cancelled.Wait();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("left the batch"));
+  const auto& other = kept.Wait();
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_THAT(other->outputs.at(0), ElementsAre(9.0f, 8.0f, 4.0f));
+  EXPECT_EQ(cancelled.calls, 1) << "done must be called exactly once";
+  const auto batches = executor->batches();
+  ASSERT_EQ(batches.size(), 1u);
+  ASSERT_EQ(batches[0].rows.size(), 3u);
+  EXPECT_THAT(batches[0].iterations, ElementsAre(2, 2, 8));
+}
+
+TEST(ModelScheduler, DeadlinePassingWhileComputingEndsTheItem) {
+  auto executor = std::make_shared<FakeExecutor>();
+  executor->per_iteration_ = std::chrono::milliseconds(60);
+  SchedulerOptions options = Options();
+  options.max_batch_size = 2;
+  options.max_queue_delay = absl::Seconds(2);
+  ModelScheduler scheduler(options, executor);
+  Completion expiring, kept;
+  auto item = Item({Row(7, 4)}, 8, expiring);
+  item->deadline = absl::Now() + absl::Milliseconds(150);  // expires during iteration ~3 of 8
+  ASSERT_TRUE(scheduler.Submit(std::move(item)).ok());
+  ASSERT_TRUE(scheduler.Submit(Item({Row(8, 4)}, 8, kept)).ok());
+  const auto& result = expiring.Wait();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("while computing"));
+  ASSERT_TRUE(kept.Wait().ok());
+  const auto batches = executor->batches();
+  ASSERT_EQ(batches.size(), 1u);
+  ASSERT_EQ(batches[0].iterations.size(), 2u);
+  EXPECT_LT(batches[0].iterations[0], 8) << "the expired row kept computing";
+  EXPECT_EQ(batches[0].iterations[1], 8);
+  EXPECT_EQ(expiring.calls, 1);
+}
+
+TEST(ModelScheduler, ComputeGateSerializesBatchesAcrossModels) {
+  std::atomic<int> concurrent{0}, max_concurrent{0};
+  auto gate = std::make_shared<ComputeGate>(1);
+  std::vector<std::shared_ptr<FakeExecutor>> executors;
+  std::vector<std::unique_ptr<ModelScheduler>> schedulers;
+  for (int m = 0; m < 3; ++m) {
+    auto executor = std::make_shared<FakeExecutor>();
+    executor->per_iteration_ = std::chrono::milliseconds(5);
+    executor->concurrent_ = &concurrent;
+    executor->max_concurrent_ = &max_concurrent;
+    SchedulerOptions options = Options();
+    options.gate = gate;
+    executors.push_back(executor);
+    schedulers.push_back(std::make_unique<ModelScheduler>(options, executor));
+  }
+  std::vector<Completion> done(6);
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(schedulers[i % 3]->Submit(Item({Row(i + 1, 4)}, 4, done[i])).ok());
+  for (auto& d : done) ASSERT_TRUE(d.Wait().ok());
+  EXPECT_EQ(max_concurrent.load(), 1);
+}
+
+TEST(ModelScheduler, RowsWithDifferentStepsShareABatch) {
+  auto executor = std::make_shared<FakeExecutor>();
+  ModelScheduler scheduler(Options(), executor);
+  Completion plug, one, four, eight;
+  Plug(scheduler, *executor, plug);
+  ASSERT_TRUE(scheduler.Submit(Item({Row(1, 4)}, 1, one)).ok());
+  ASSERT_TRUE(scheduler.Submit(Item({Row(2, 4)}, 4, four)).ok());
+  ASSERT_TRUE(scheduler.Submit(Item({Row(3, 4)}, 8, eight)).ok());
+  executor->Release();
+  EXPECT_THAT(one.Wait()->outputs.at(0), ElementsAre(1.0f, 1.0f, 4.0f));
+  EXPECT_THAT(four.Wait()->outputs.at(0), ElementsAre(2.0f, 4.0f, 4.0f));
+  EXPECT_THAT(eight.Wait()->outputs.at(0), ElementsAre(3.0f, 8.0f, 4.0f));
+  const auto batches = executor->batches();
+  ASSERT_EQ(batches.size(), 2u);
+  std::vector<int> steps;
+  for (const auto& row : batches[1].rows) steps.push_back(row.steps);
+  EXPECT_THAT(steps, ElementsAre(1, 4, 8));
+}
+
+TEST(ModelScheduler, DifferentSolversDoNotShareABatch) {
+  auto executor = std::make_shared<FakeExecutor>();
+  ModelScheduler scheduler(Options(), executor);
+  Completion plug, euler, heun, euler2;
+  Plug(scheduler, *executor, plug);
+  ASSERT_TRUE(scheduler.Submit(Item({Row(1, 4)}, 2, euler, Solver::kEuler)).ok());
+  ASSERT_TRUE(scheduler.Submit(Item({Row(2, 4)}, 2, heun, Solver::kHeun)).ok());
+  ASSERT_TRUE(scheduler.Submit(Item({Row(3, 4)}, 2, euler2, Solver::kEuler)).ok());
+  executor->Release();
+  ASSERT_TRUE(euler.Wait().ok());
+  ASSERT_TRUE(heun.Wait().ok());
+  ASSERT_TRUE(euler2.Wait().ok());
+  const auto batches = executor->batches();
+  ASSERT_EQ(batches.size(), 3u);
+  for (size_t b = 1; b < batches.size(); ++b) {
+    for (const auto& row : batches[b].rows) {
+      EXPECT_EQ(batches[b].solver, row.marker == 2 ? Solver::kHeun : Solver::kEuler);
+    }
+  }
+}
+
+TEST(ModelScheduler, StopDrainsQueuedWorkThenRefuses) {
+  auto executor = std::make_shared<FakeExecutor>();
+  SchedulerOptions options = Options();
+  options.max_batch_size = 1;
+  ModelScheduler scheduler(options, executor);
+  Completion plug;
+  Plug(scheduler, *executor, plug);
+  std::vector<Completion> done(3);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(scheduler.Submit(Item({Row(i + 1, 4)}, 2, done[i])).ok());
+  std::thread stopper([&] { scheduler.Stop(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // Stop() is now waiting on the batch
+  executor->Release();
+  stopper.join();
+  for (auto& d : done) {
+    ASSERT_TRUE(d.called()) << "Stop() returned before queued work finished";
+    EXPECT_TRUE(d.Wait().ok());
+  }
+  Completion late;
+  const absl::Status refused = scheduler.Submit(Item({Row(9, 4)}, 1, late));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("'fake-model' is shutting down"));
+  EXPECT_FALSE(late.called());
+  EXPECT_EQ(executor->batches().size(), 4u);
+  scheduler.Stop();  // idempotent
+}
+
+TEST(ModelScheduler, ExecutorErrorReachesEveryItemOfTheBatch) {
+  class FailingExecutor : public BatchExecutor {
+   public:
+    absl::StatusOr<ExecStats> Run(const ExecBatch&, const RowDoneFn&, const RowAbandonedFn&) override {
+      return absl::InternalError("model execution failed: boom");
+    }
+  };
+  ModelScheduler scheduler(Options(), std::make_shared<FailingExecutor>());
+  Completion a, b;
+  ASSERT_TRUE(scheduler.Submit(Item({Row(1, 4)}, 1, a)).ok());
+  ASSERT_TRUE(scheduler.Submit(Item({Row(2, 4)}, 1, b)).ok());
+  for (Completion* c : {&a, &b}) {
+    const auto& result = c->Wait();
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInternal);
+    EXPECT_THAT(std::string(result.status().message()), HasSubstr("boom"));
+  }
+}
+
+// ---- Planning --------------------------------------------------------------------------------
+
+// Synthetic machine: 1 ms per batch + 100 us per token evaluation.
+double SyntheticSeconds(int64_t rows, int64_t tokens, int64_t token_evaluations) {
+  return 1e-3 + 1e-4 * static_cast<double>(token_evaluations);
+}
+
+// Quality: Heun beats Euler at equal evaluations, RK4 saturates lower (as on the tiny models).
+std::vector<StepCandidate> Candidates() {
+  std::vector<StepCandidate> candidates;
+  for (int n = 1; n <= 8; ++n) {
+    candidates.push_back({Solver::kEuler, n, 0.50 + 0.05 * n});
+    candidates.push_back({Solver::kHeun, n, 0.60 + 0.05 * n});
+    candidates.push_back({Solver::kRk4, n, 0.70 + 0.03 * n});
+  }
+  return candidates;
+}
+
+class Planning : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    executor_ = std::make_shared<FakeExecutor>();
+    executor_->synthetic_seconds_ = SyntheticSeconds;
+    options_ = Options();
+    options_.candidates = Candidates();
+    scheduler_ = std::make_unique<ModelScheduler>(options_, executor_);
+    for (int length : {5, 10, 20}) {
+      for (int i = 0; i < 4; ++i) rows_.push_back(Row(100 + i, length));
+    }
+    std::vector<ExecBatch> batches;
+    for (int r = 0; r < 3; ++r) {
+      for (int rows : {1, 2, 4}) {
+        for (int steps : {1, 3, 8}) {
+          ExecBatch batch;
+          batch.solver = (steps == 3) ? Solver::kHeun : Solver::kEuler;
+          for (int i = 0; i < rows; ++i) batch.rows.push_back({&rows_[r * 4 + i], steps});
+          batches.push_back(batch);
+        }
+      }
+    }
+    ASSERT_TRUE(scheduler_->Calibrate(batches).ok());
+  }
+
+  // One 10-token row: compute = 1 ms + 1 ms per field evaluation; queue = max_queue_delay 1 ms.
+  PlanRequest Budgeted(absl::Duration budget) {
+    PlanRequest request;
+    request.rows = 1;
+    request.padded_tokens = 10;
+    request.budget = budget;
+    return request;
+  }
+
+  std::shared_ptr<FakeExecutor> executor_;
+  SchedulerOptions options_;
+  std::unique_ptr<ModelScheduler> scheduler_;
+  std::vector<tokenizer::EncodedText> rows_;
+};
+
+TEST_F(Planning, CalibrationRecoversTheSyntheticCosts) {
+  const auto snapshot = scheduler_->cost_model().Snapshot();
+  EXPECT_EQ(snapshot.calibration_samples, 27);
+  EXPECT_NEAR(snapshot.coefficients.fixed, 1e-3, 1e-5);
+  EXPECT_NEAR(snapshot.coefficients.per_token_evaluation, 1e-4, 1e-6);
+  EXPECT_NEAR(scheduler_->cost_model().Predict(1, 10, 50), 6e-3, 6e-5);
+}
+
+TEST_F(Planning, LargeBudgetPicksTheHighestQuality) {
+  auto plan = scheduler_->MakePlan(Budgeted(absl::Seconds(1)));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->solver, Solver::kHeun);
+  EXPECT_EQ(plan->steps, 8);
+  EXPECT_EQ(plan->choice, StepChoiceKind::kBudget);
+  // 1 ms queue delay + 1 ms + 16 evaluations x 1 ms.
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(plan->predicted_total), 18.0, 0.1);
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(plan->predicted_queue), 1.0, 0.01);
+}
+
+TEST_F(Planning, TighterBudgetPicksACheaperCandidate) {
+  // 8.5 ms leaves 6 evaluations: Euler 6 (0.80) beats Heun 3 (0.75) and RK4 1 (0.73).
+  auto plan = scheduler_->MakePlan(Budgeted(absl::Microseconds(8500)));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->solver, Solver::kEuler);
+  EXPECT_EQ(plan->steps, 6);
+  EXPECT_EQ(plan->choice, StepChoiceKind::kBudget);
+  EXPECT_LE(plan->predicted_total, absl::Microseconds(8500));
+  // 4.5 ms leaves 2 evaluations: Heun 1 (0.65) beats Euler 2 (0.60).
+  plan = scheduler_->MakePlan(Budgeted(absl::Microseconds(4500)));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->solver, Solver::kHeun);
+  EXPECT_EQ(plan->steps, 1);
+}
+
+TEST_F(Planning, RequestedSolverRestrictsTheChoice) {
+  PlanRequest request = Budgeted(absl::Seconds(1));
+  request.solver = Solver::kRk4;
+  auto plan = scheduler_->MakePlan(request);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->solver, Solver::kRk4);
+  EXPECT_EQ(plan->steps, 8);
+}
+
+TEST_F(Planning, MinStepsIsRespected) {
+  // 4.5 ms alone picks Heun 1; with min_steps 2 the best that fits is Euler 2.
+  PlanRequest request = Budgeted(absl::Microseconds(4500));
+  request.min_steps = 2;
+  auto plan = scheduler_->MakePlan(request);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->solver, Solver::kEuler);
+  EXPECT_EQ(plan->steps, 2);
+  EXPECT_EQ(plan->choice, StepChoiceKind::kBudget);
+
+  request = Budgeted(absl::Microseconds(8500));
+  request.min_steps = 7;  // nothing with >= 7 steps fits 8.5 ms: the floor is Euler 7
+  plan = scheduler_->MakePlan(request);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->steps, 7);
+  EXPECT_EQ(plan->solver, Solver::kEuler);
+  EXPECT_EQ(plan->choice, StepChoiceKind::kBudgetFloor);
+
+  // The model's own min_steps is a floor too (uncalibrated: only the 1 ms queue delay counts,
+  // so a 0.1 ms budget fits nothing and the floor is served).
+  SchedulerOptions options = options_;
+  options.min_steps = 3;
+  ModelScheduler floored(options, executor_);
+  plan = floored.MakePlan(Budgeted(absl::Microseconds(100)));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->steps, 3);
+  EXPECT_EQ(plan->solver, Solver::kEuler);
+  EXPECT_EQ(plan->choice, StepChoiceKind::kBudgetFloor);
+}
+
+TEST_F(Planning, NothingFitsWithRefuseIsDeadlineExceeded) {
+  PlanRequest request = Budgeted(absl::Microseconds(2500));
+  request.miss_policy = MissPolicy::kRefuse;
+  auto plan = scheduler_->MakePlan(request);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr("latency budget 2.50ms cannot be met"));
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr("EULER, 1 steps"));
+}
+
+TEST_F(Planning, NothingFitsWithServeFloorServesTheCheapest) {
+  PlanRequest request = Budgeted(absl::Microseconds(2500));
+  request.miss_policy = MissPolicy::kServeFloor;
+  auto plan = scheduler_->MakePlan(request);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->choice, StepChoiceKind::kBudgetFloor);
+  EXPECT_EQ(plan->steps, 1);
+  EXPECT_EQ(plan->solver, Solver::kEuler);
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(plan->predicted_total), 3.0, 0.05);
+}
+
+TEST_F(Planning, ExplicitStepsAreRequested) {
+  PlanRequest request;
+  request.rows = 1;
+  request.padded_tokens = 10;
+  request.steps = 5;
+  request.budget = absl::Microseconds(100);  // ignored: exact steps win
+  auto plan = scheduler_->MakePlan(request);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->choice, StepChoiceKind::kRequested);
+  EXPECT_EQ(plan->steps, 5);
+  EXPECT_EQ(plan->solver, Solver::kEuler);
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(plan->predicted_total), 7.0, 0.05);
+  request.solver = Solver::kHeun;
+  plan = scheduler_->MakePlan(request);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->solver, Solver::kHeun);
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(plan->predicted_total), 12.0, 0.1);
+}
+
+TEST_F(Planning, NoBudgetUsesTheDefaultSteps) {
+  PlanRequest request;
+  request.rows = 1;
+  request.padded_tokens = 10;
+  auto plan = scheduler_->MakePlan(request);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->choice, StepChoiceKind::kModelDefault);
+  EXPECT_EQ(plan->steps, 4);
+  EXPECT_EQ(plan->solver, Solver::kEuler);
+}
+
+TEST_F(Planning, QueuedWorkMakesTheChoiceCheaper) {
+  auto alone = scheduler_->MakePlan(Budgeted(absl::Microseconds(12500)));
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ(alone->solver, Solver::kEuler);  // 10.5 ms of compute: Euler 8 (0.90) beats Heun 5
+  EXPECT_EQ(alone->steps, 8);
+  // Hold a batch and queue 10 more evaluations of work ahead of the request.
+  Completion plug, queued;
+  Plug(*scheduler_, *executor_, plug);
+  ASSERT_TRUE(scheduler_->Submit(Item({Row(5, 10)}, 8, queued)).ok());
+  const absl::Duration queue = scheduler_->EstimateQueueDelay();
+  EXPECT_GT(queue, absl::Milliseconds(9));  // 1 + 8 ms of queued work + 1 ms delay
+  auto behind = scheduler_->MakePlan(Budgeted(absl::Microseconds(12500)));
+  ASSERT_TRUE(behind.ok());
+  EXPECT_LT(behind->steps * EvaluationsPerStep(behind->solver), 8);
+  EXPECT_GE(behind->predicted_queue, queue - absl::Milliseconds(1));
+  executor_->Release();
+  ASSERT_TRUE(queued.Wait().ok());
+}
+
+TEST_F(Planning, SolversNotAllowedByTheModelAreNeverChosen) {
+  SchedulerOptions options = Options();
+  options.solvers = {Solver::kEuler};
+  options.candidates = Candidates();
+  ModelScheduler euler_only(options, executor_);
+  ASSERT_TRUE(euler_only.Calibrate({}).ok());
+  // Uncalibrated (zero) costs: everything fits; the best allowed candidate is Euler 8.
+  auto plan = euler_only.MakePlan(Budgeted(absl::Seconds(1)));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->solver, Solver::kEuler);
+  EXPECT_EQ(plan->steps, 8);
+}
+
+TEST_F(Planning, WithoutAProfileQualityGrowsWithSteps) {
+  SchedulerOptions options = Options();
+  options.candidates.clear();
+  ModelScheduler plain(options, executor_);
+  auto plan = plain.MakePlan(Budgeted(absl::Seconds(1)));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->solver, Solver::kEuler);
+  EXPECT_EQ(plan->steps, 8);
+  EXPECT_EQ(plan->choice, StepChoiceKind::kBudget);
+}
+
+// ---- Cost model ------------------------------------------------------------------------------
+
+constexpr double kFixed = 2e-4, kPerRow = 1e-5, kPerToken = 2e-7, kPerTokenEvaluation = 3e-8;
+
+double Formula(int64_t rows, int64_t tokens, int64_t token_evaluations) {
+  return kFixed + kPerRow * rows + kPerToken * tokens + kPerTokenEvaluation * token_evaluations;
+}
+
+std::vector<CostSample> SyntheticSamples(double scale = 1.0) {
+  std::vector<CostSample> samples;
+  for (int64_t rows : {1, 2, 4, 8, 16}) {
+    for (int64_t length : {8, 16, 32}) {
+      for (int64_t evaluations : {1, 2, 4, 8}) {
+        const int64_t tokens = rows * length;
+        const int64_t te = tokens * evaluations;
+        samples.push_back({rows, tokens, te, scale * Formula(rows, tokens, te)});
+      }
+    }
+  }
+  return samples;
+}
+
+TEST(CostModel, RecoversKnownCoefficients) {
+  CostModel model;
+  EXPECT_EQ(model.Predict(4, 64, 256), 0.0) << "uncalibrated";
+  model.Calibrate(SyntheticSamples());
+  const auto c = model.Snapshot().coefficients;
+  EXPECT_NEAR(c.fixed, kFixed, 0.01 * kFixed);
+  EXPECT_NEAR(c.per_row, kPerRow, 0.01 * kPerRow);
+  EXPECT_NEAR(c.per_token, kPerToken, 0.01 * kPerToken);
+  EXPECT_NEAR(c.per_token_evaluation, kPerTokenEvaluation, 0.01 * kPerTokenEvaluation);
+  EXPECT_NEAR(model.Predict(3, 60, 300), Formula(3, 60, 300), 1e-3 * Formula(3, 60, 300));
+  EXPECT_NEAR(model.PredictBatches(2, 6, 120, 600), 2 * kFixed + Formula(6, 120, 600) - kFixed,
+              1e-3 * Formula(6, 120, 600));
+  EXPECT_EQ(model.Snapshot().calibration_samples, 60);
+  EXPECT_EQ(model.Snapshot().online_samples, 0);
+}
+
+TEST(CostModel, ObserveReturnsTheRelativeError) {
+  CostModel model;
+  model.Calibrate(SyntheticSamples());
+  // Measured twice the prediction: |p - 2p| / 2p = 0.5.
+  const double error = model.Observe({4, 64, 256, 2 * Formula(4, 64, 256)});
+  EXPECT_NEAR(error, 0.5, 1e-3);
+  EXPECT_EQ(model.Snapshot().online_samples, 1);
+  EXPECT_NEAR(model.Snapshot().mean_abs_relative_error, 0.5, 1e-3);
+  // Half the prediction: |p - p/2| / (p/2) = 1.
+  CostModel other;
+  other.Calibrate(SyntheticSamples());
+  EXPECT_NEAR(other.Observe({2, 32, 64, 0.5 * Formula(2, 32, 64)}), 1.0, 1e-3);
+  // An exact measurement.
+  CostModel exact;
+  exact.Calibrate(SyntheticSamples());
+  EXPECT_NEAR(exact.Observe({8, 128, 512, Formula(8, 128, 512)}), 0.0, 1e-3);
+  // A zero-time sample is not a division by zero.
+  EXPECT_EQ(exact.Observe({1, 8, 8, 0.0}), 0.0);
+}
+
+TEST(CostModel, FollowsAMachineThatSlowsDown) {
+  CostModel model;
+  std::vector<CostSample> warmup;  // a short warm-up, as at load
+  const auto all = SyntheticSamples();
+  for (size_t i = 0; i < all.size(); i += 7) warmup.push_back(all[i]);
+  model.Calibrate(warmup);
+  const double before = model.Predict(4, 64, 256);
+  for (const auto& s : SyntheticSamples(2.0)) model.Observe(s);
+  const double after = model.Predict(4, 64, 256);
+  EXPECT_GT(after, 1.5 * before);
+  EXPECT_LT(after, 2.05 * before);
+  EXPECT_EQ(model.Snapshot().online_samples, 60);
+}
+
+TEST(CostModel, FitNonNegativeRecoversExactPositiveCoefficients) {
+  std::vector<std::array<double, 4>> features;
+  std::vector<double> targets, weights;
+  for (double a : {1.0, 2.0, 5.0}) {
+    for (double b : {10.0, 40.0}) {
+      for (double c : {100.0, 700.0}) {
+        features.push_back({1.0, a, b, c});
+        targets.push_back(3.0 + 0.5 * a + 0.25 * b + 0.01 * c);
+        weights.push_back(1.0);
+      }
+    }
+  }
+  const auto x = FitNonNegative(features, targets, weights);
+  EXPECT_NEAR(x[0], 3.0, 1e-6);
+  EXPECT_NEAR(x[1], 0.5, 1e-6);
+  EXPECT_NEAR(x[2], 0.25, 1e-6);
+  EXPECT_NEAR(x[3], 0.01, 1e-8);
+}
+
+TEST(CostModel, FitNonNegativeClampsNegativeCoefficients) {
+  std::vector<std::array<double, 4>> features;
+  std::vector<double> targets, weights;
+  for (double a : {1.0, 2.0, 5.0, 9.0}) {
+    for (double b : {10.0, 40.0, 70.0}) {
+      for (double c : {100.0, 700.0}) {
+        features.push_back({1.0, a, b, c});
+        targets.push_back(30.0 - 2.0 * a + 0.25 * b + 0.01 * c);  // the true per-row is negative
+        weights.push_back(1.0);
+      }
+    }
+  }
+  const auto x = FitNonNegative(features, targets, weights);
+  for (int j = 0; j < 4; ++j) EXPECT_GE(x[j], 0.0) << j;
+  EXPECT_EQ(x[1], 0.0) << "the negative column is dropped";
+  // With `a` dropped, the rest is the least-squares fit of the remaining columns: the mean of
+  // -2a (-8.5) moves into the intercept, the b and c slopes are untouched (a is orthogonal).
+  EXPECT_NEAR(x[0], 30.0 - 2.0 * 4.25, 1e-6);
+  EXPECT_NEAR(x[2], 0.25, 1e-7);
+  EXPECT_NEAR(x[3], 0.01, 1e-8);
+
+  CostModel model;  // the model built on it never predicts negative time
+  model.Calibrate({{1, 10, 10, 1.0}, {2, 10, 10, 0.5}, {4, 10, 10, 0.25}});
+  const auto c = model.Snapshot().coefficients;
+  EXPECT_GE(c.fixed, 0.0);
+  EXPECT_GE(c.per_row, 0.0);
+  EXPECT_GE(c.per_token, 0.0);
+  EXPECT_GE(c.per_token_evaluation, 0.0);
+  EXPECT_GE(model.Predict(64, 10, 10), 0.0);
+}
+
+}  // namespace
+}  // namespace odeserve::scheduler
