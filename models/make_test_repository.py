@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Build the tiny, deterministic test model repository used by the C++ tests.
+
+    /usr/bin/python3 models/make_test_repository.py OUT_DIR [--no-verify]
+
+Randomly initialised tiny models (H=32, 2 heads, FFN 64, L=4, max_sequence_length 32) of the
+same family code as the real models, a SentencePiece tokenizer (vocab ~500) trained here from
+tests/fixtures/descriptions-sample.txt. No network, no large data, < 60 s on one core.
+Models: tiny-albert, tiny-sharebert, tiny-eelbert (EMBEDDING), tiny-classifier (CLASSIFICATION).
+quality.pbtxt holds agreement with the L-step Euler output on the sample (not task quality).
+"""
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+from odeserve_models import families  # noqa: E402
+from odeserve_models.export import config_text, export_model, quality_text  # noqa: E402
+from odeserve_models.hashing import PieceHasher  # noqa: E402
+from odeserve_models.solvers import run  # noqa: E402
+from odeserve_models.text import Tokenizer, train_sentencepiece  # noqa: E402
+
+ROOT = os.path.dirname(HERE)
+SAMPLE = os.path.join(ROOT, "tests", "fixtures", "descriptions-sample.txt")
+H, HEADS, FFN, L, T, EMB = 32, 2, 64, 4, 32, 16
+LANGS = ["en", "de", "fr", "it", "da"]
+LABELS = ["libs", "python", "games", "other"]
+HASH = dict(dim=16, seed=1234, orders=[2, 3, 4])
+BATCHING = dict(max_batch_size=16, max_batch_tokens=512, max_queue_delay_us=1000, max_queue_size=64)
+
+
+@torch.no_grad()
+def spread_head(model, tok, texts):
+    """Random-init pooled vectors share a large common component; aim the random head at the
+    input-dependent part so the test classifier predicts varied labels."""
+    x, mask = tok.batch(texts)
+    h = model.input_stage(x, mask)
+    for _ in range(L):
+        h = h + model.vector_field(h, mask)
+    P = model.pool(h, mask)
+    mu, sd = P.mean(0), P.std(0) + 1e-6
+    g = torch.Generator().manual_seed(7)
+    W = torch.randn(model.head.weight.shape, generator=g) / sd / (P.shape[1] ** 0.5)
+    model.head.weight.copy_(W)
+    model.head.bias.copy_(-(W @ mu))
+
+
+@torch.no_grad()
+def agreement_profile(model, tok, texts, task):
+    x, mask = tok.batch(texts)
+    ref = run(model, x, mask, L, "EULER")
+    pts = []
+    for solver in ("EULER", "HEUN", "RK4"):
+        for n in range(1, 9):
+            out = run(model, x, mask, n, solver)
+            if task == "EMBEDDING":
+                v = torch.nn.functional.cosine_similarity(out, ref, dim=-1).mean().item()
+                metric = "cosine_to_full_depth"
+            else:
+                v = (out.argmax(-1) == ref.argmax(-1)).float().mean().item()
+                metric = "top1_agreement_with_full_depth"
+            pts.append(dict(solver=solver, steps=n, metric=metric, value=v,
+                            dataset="descriptions-sample (random-init test model)"))
+    return pts[0]["metric"], pts
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out_dir")
+    ap.add_argument("--no-verify", action="store_true")
+    args = ap.parse_args()
+    out = os.path.abspath(args.out_dir)
+    os.makedirs(out, exist_ok=True)
+    texts = [t for t in open(SAMPLE, encoding="utf-8").read().split("\n") if t.strip()]
+    tmp = tempfile.mkdtemp(prefix="odeserve-tiny-")
+    try:
+        spm_file = train_sentencepiece(SAMPLE, os.path.join(tmp, "tiny"), 500, shuffle_input_sentence=False)
+        eval_texts = texts[::14][:30]
+        specs = [
+            ("tiny-albert", "albert", "EMBEDDING", dict(vocab=None, emb=EMB), H, "test model: ALBERT-style, random init"),
+            ("tiny-sharebert", "sharebert", "EMBEDDING", dict(vocab=None, emb=EMB), H, "test model: ShareBERT-style, random init"),
+            ("tiny-eelbert", "eelbert", "EMBEDDING", dict(hash_dim=HASH["dim"]), H, "test model: EELBERT-style hashed n-grams, random init"),
+            ("tiny-classifier", "albert", "CLASSIFICATION", dict(vocab=None, emb=EMB), len(LABELS), "test model: ALBERT-style classifier, random init"),
+        ]
+        for i, (name, fam, task, kw, out_dim, desc) in enumerate(specs):
+            torch.manual_seed(1000 + i)
+            hasher = None
+            if "vocab" in kw:
+                tok = Tokenizer(spm_file, T)
+                kw = dict(kw, vocab=tok.sp.get_piece_size())
+            else:
+                hasher = PieceHasher(HASH["seed"], HASH["dim"], HASH["orders"])
+                tok = Tokenizer(spm_file, T, hasher=hasher)
+            model = families.build(fam, hidden=H, heads=HEADS, ffn=FFN, trained_depth=L, max_len=T,
+                                   out_dim=out_dim, **kw).eval()
+            with torch.no_grad():  # make the random field strong enough that step counts matter
+                for pn, p in model.named_parameters():
+                    if pn in ("w_qkv", "w_o", "w_1", "w_2", "W", "b_1", "b_2"):
+                        p.mul_(12.0 if task == "EMBEDDING" else 2.0) if pn != "b_1" and pn != "b_2" else p.normal_(0, 0.1)
+            if task == "CLASSIFICATION":
+                spread_head(model, tok, texts)
+            metric, pts = agreement_profile(model, tok, eval_texts, task)
+            cfg = config_text(name, model, task, desc, T, steps=(1, 8, 4),
+                              labels=LABELS if task == "CLASSIFICATION" else (), languages=LANGS,
+                              hash_cfg=HASH if hasher else None, batching=BATCHING,
+                              max_inputs_per_request=32)
+            export_model(out, name, model, spm_file, cfg, quality_text(metric, pts))
+        if not args.no_verify:
+            from odeserve_models.verify import verify_model_dir
+            for name, *_ in specs:
+                msgs = verify_model_dir(os.path.join(out, name), eval_texts[:8],
+                                        proto_root=os.path.join(ROOT, "proto"))
+                print(name, "; ".join(msgs))
+        print("test repository written to", out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""odeserve model code: hashing, encoder families, solvers, export (see models/README.md)."""

@@ -1,0 +1,70 @@
+"""Dataset loading and pre-tokenization for training/evaluation."""
+import json
+import os
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+
+from .hashing import PieceHasher
+from .text import Tokenizer
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "raw", "datasets")
+
+
+def load_jsonl(name: str, limit: Optional[int] = None) -> List[Dict]:
+    rows = []
+    with open(os.path.join(DATA, name), encoding="utf-8") as f:
+        for line in f:
+            rows.append(json.loads(line))
+            if limit is not None and len(rows) >= limit:
+                break
+    return rows
+
+
+class Encoded:
+    """Texts tokenized once: token ids (TOKEN_IDS) or indices into a piece-feature table
+    (HASHED_NGRAMS; features of each distinct piece string computed once)."""
+
+    def __init__(self, tok: Tokenizer):
+        self.tok = tok
+        self.hashed = tok.hasher is not None
+        self.piece_index: Dict[str, int] = {"": 0}  # index 0 = pad (all-zero feature)
+        self.table_rows: List[np.ndarray] = [np.zeros(tok.hasher.dim, np.float32)] if self.hashed else []
+        self._table: Optional[torch.Tensor] = None
+
+    def encode(self, texts: List[str]) -> List[List[int]]:
+        out = []
+        for t in texts:
+            if not self.hashed:
+                out.append(self.tok.ids(t))
+            else:
+                seq = []
+                for p in self.tok.pieces(t):
+                    i = self.piece_index.get(p)
+                    if i is None:
+                        i = len(self.table_rows)
+                        self.piece_index[p] = i
+                        self.table_rows.append(self.tok.hasher(p))
+                        self._table = None
+                    seq.append(i)
+                out.append(seq)
+        return out
+
+    def table(self) -> torch.Tensor:
+        if self._table is None:
+            self._table = torch.from_numpy(np.stack(self.table_rows))
+        return self._table
+
+    def collate(self, seqs: List[List[int]]):
+        T = max(len(s) for s in seqs)
+        ids = torch.zeros(len(seqs), T, dtype=torch.long)
+        if not self.hashed:
+            ids.fill_(self.tok.pad)
+        mask = torch.zeros(len(seqs), T)
+        for i, s in enumerate(seqs):
+            ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
+            mask[i, :len(s)] = 1.0
+        if self.hashed:
+            return self.table()[ids], mask
+        return ids, mask

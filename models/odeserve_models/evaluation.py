@@ -1,0 +1,88 @@
+"""Evaluation through the Python mirror of the server's solver loop."""
+import json
+import os
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import families
+from .baselines import macro_f1, recall_at_k
+from .data import Encoded
+from .hashing import PieceHasher
+from .solvers import solve
+from .text import Tokenizer
+
+
+class Runner:
+    """Caches input_stage outputs per text set so a steps/solver sweep pays it once."""
+
+    def __init__(self, model, enc: Encoded, batch: int = 64):
+        self.model, self.enc, self.batch = model, enc, batch
+        self.cache: Dict[int, List[Tuple[np.ndarray, torch.Tensor, torch.Tensor]]] = {}
+
+    @torch.no_grad()
+    def _h0(self, texts: Sequence[str]):
+        key = hash(tuple(texts))
+        if key not in self.cache:
+            seqs = self.enc.encode(list(texts))
+            order = np.argsort([len(s) for s in seqs], kind="stable")
+            chunks = []
+            for i in range(0, len(order), self.batch):
+                idx = order[i:i + self.batch]
+                x, m = self.enc.collate([seqs[j] for j in idx])
+                chunks.append((idx, self.model.input_stage(x, m), m))
+            self.cache = {key: chunks} if len(self.cache) > 6 else {**self.cache, key: chunks}
+        return self.cache[key]
+
+    @torch.no_grad()
+    def outputs(self, texts: Sequence[str], steps: int, solver: str = "EULER") -> np.ndarray:
+        chunks = self._h0(texts)
+        out = [None] * len(texts)
+        for idx, h0, m in chunks:
+            y = self.model.output_stage(solve(self.model, h0, m, steps, solver), m).numpy()
+            for k, j in enumerate(idx):
+                out[j] = y[k]
+        return np.stack(out)
+
+
+def classification_metrics(logits: np.ndarray, y: np.ndarray, n_classes: int) -> Dict[str, float]:
+    pred = logits.argmax(1)
+    return {"accuracy": float((pred == y).mean()), "macro_f1": macro_f1(y, pred, n_classes)}
+
+
+def retrieval_metrics(q: np.ndarray, c: np.ndarray) -> Dict[str, float]:
+    q = q / (np.linalg.norm(q, axis=1, keepdims=True) + 1e-12)
+    c = c / (np.linalg.norm(c, axis=1, keepdims=True) + 1e-12)
+    r = recall_at_k(q @ c.T, (1, 10))
+    return {"recall@1": r[1], "recall@10": r[10]}
+
+
+def load_run(run_dir: str, task: str, which: str = "final.pt"):
+    """Eager model from a training run. task EMBEDDING: head = contrastive projection;
+    CLASSIFICATION: head = the (English-only) section classifier."""
+    a = json.load(open(os.path.join(run_dir, "args.json")))
+    ck = torch.load(os.path.join(run_dir, which), map_location="cpu")
+    labels = a["labels"]
+    common = dict(hidden=a["hidden"], heads=a["heads"], ffn=a["ffn"], trained_depth=a["depth"],
+                  max_len=a["max_len"], out_dim=a["hidden"] if task == "EMBEDDING" else len(labels))
+    hasher = None
+    if a["family"] == "eelbert":
+        model = families.build("eelbert", hash_dim=a["hash_dim"], **common)
+        hasher = PieceHasher(a["hash_seed"], a["hash_dim"], [2, 3, 4])
+    else:
+        model = families.build(a["family"], vocab=a["vocab"], emb=a["emb"], **common)
+    sd = dict(ck["model"])
+    for k in [k for k in sd if k in ("w_qkv", "w_o", "w_1", "w_2") and a["family"] == "sharebert"]:
+        del sd[k]
+    if task == "CLASSIFICATION":
+        sd["head.weight"] = ck["cls"]["weight"]; sd["head.bias"] = ck["cls"]["bias"]
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    assert not unexpected and all(k in ("w_qkv", "w_o", "w_1", "w_2") for k in missing), (missing, unexpected)
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    model.prepare()
+    tok = Tokenizer(a["tokenizer"], a["max_len"], hasher=hasher)
+    return model, Encoded(tok), a, labels

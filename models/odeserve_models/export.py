@@ -1,0 +1,124 @@
+"""Write a model folder per docs/MODEL_CONTRACT.md: model.pt, config.pbtxt, tokenizer.model,
+quality.pbtxt."""
+import os
+import shutil
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from .families import SharedEncoderBase, ShareBertEncoder, count_parameters
+
+
+def _q(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def config_text(name: str, model: SharedEncoderBase, task: str, description: str,
+                max_len: int, steps=(1, 8, 4), solvers=("EULER", "HEUN", "RK4"),
+                labels: Sequence[str] = (), languages: Sequence[str] = (),
+                hash_cfg: Optional[Dict] = None, batching: Optional[Dict] = None,
+                max_inputs_per_request: int = 64, version: str = "1") -> str:
+    b = batching or dict(max_batch_size=32, max_batch_tokens=4096, max_queue_delay_us=2000,
+                         max_queue_size=512)
+    L = []
+    L.append("name: %s" % _q(name))
+    L.append("task: %s" % task)
+    L.append("version: %s" % _q(version))
+    L.append("family: %s" % _q(model.family))
+    L.append("description: %s" % _q(description))
+    L.append('torchscript_file: "model.pt"')
+    L.append("tokenizer {")
+    L.append('  model_file: "tokenizer.model"')
+    L.append("  input_kind: %s" % ("HASHED_NGRAMS" if hash_cfg else "TOKEN_IDS"))
+    if hash_cfg:
+        L.append("  hash {")
+        L.append("    dim: %d" % hash_cfg["dim"])
+        L.append("    seed: %d" % hash_cfg["seed"])
+        for o in hash_cfg["orders"]:
+            L.append("    ngram_orders: %d" % o)
+        L.append("  }")
+    L.append("  add_bos: true")
+    L.append("  add_eos: true")
+    L.append("}")
+    L.append("max_sequence_length: %d" % max_len)
+    L.append("trained_depth: %d" % model.trained_depth)
+    L.append("steps { min: %d max: %d default_steps: %d }" % tuple(steps))
+    for s in solvers:
+        L.append("solvers: %s" % s)
+    for lab in labels:
+        L.append("labels: %s" % _q(lab))
+    for lang in languages:
+        L.append("languages: %s" % _q(lang))
+    L.append("embedding_dimension: %d" % (model.out_dim if task == "EMBEDDING" else model.hidden_size))
+    L.append("hidden_size: %d" % model.hidden_size)
+    L.append("pooling: MEAN")
+    L.append("batching {")
+    for k in ("max_batch_size", "max_batch_tokens", "max_queue_delay_us", "max_queue_size"):
+        L.append("  %s: %d" % (k, b[k]))
+    L.append("}")
+    L.append("max_inputs_per_request: %d" % max_inputs_per_request)
+    L.append('quality_profile_file: "quality.pbtxt"')
+    L.append("parameters: %d" % count_parameters(model))
+    return "\n".join(L) + "\n"
+
+
+def quality_text(primary_metric: str, points: List[Dict]) -> str:
+    """points: dicts with solver, steps, metric, value, dataset."""
+    L = ["primary_metric: %s" % _q(primary_metric)]
+    for p in points:
+        L.append("points { solver: %s steps: %d metric: %s value: %.6f dataset: %s }" % (
+            p["solver"], p["steps"], _q(p["metric"]), p["value"], _q(p["dataset"])))
+    return "\n".join(L) + "\n"
+
+
+def save_torchscript(model: SharedEncoderBase, path: str) -> None:
+    model = model.eval()
+    if isinstance(model, ShareBertEncoder):
+        model.clear_prepared()  # the sliced matrices are materialized by prepare() at load
+    for p in model.parameters():
+        p.requires_grad_(False)
+    scripted = torch.jit.script(model)
+    torch.jit.save(scripted, path)
+
+
+def export_model(out_dir: str, name: str, model: SharedEncoderBase, tokenizer_file: str,
+                 config: str, quality: str) -> str:
+    d = os.path.join(out_dir, name)
+    os.makedirs(d, exist_ok=True)
+    save_torchscript(model, os.path.join(d, "model.pt"))
+    shutil.copyfile(tokenizer_file, os.path.join(d, "tokenizer.model"))
+    with open(os.path.join(d, "config.pbtxt"), "w", encoding="utf-8") as f:
+        f.write(config)
+    with open(os.path.join(d, "quality.pbtxt"), "w", encoding="utf-8") as f:
+        f.write(quality)
+    return d
+
+
+def validate_text_protos(model_dir: str, proto_root: str) -> bool:
+    """Parse config.pbtxt / quality.pbtxt with protoc-generated Python classes, if available.
+    Returns False (and does nothing) when protoc or python3-protobuf is missing."""
+    import subprocess, sys, tempfile, importlib
+    try:
+        from google.protobuf import text_format
+    except ImportError:
+        return False
+    if shutil.which("protoc") is None:
+        return False
+    tmp = tempfile.mkdtemp(prefix="odeserve-pb-")
+    try:
+        subprocess.check_call(["protoc", "-I", proto_root, "--python_out", tmp,
+                               "odeserve/v1/model_config.proto", "odeserve/v1/inference.proto"])
+        sys.path.insert(0, tmp)
+        mc = importlib.import_module("odeserve.v1.model_config_pb2")
+        with open(os.path.join(model_dir, "config.pbtxt"), encoding="utf-8") as f:
+            cfg = text_format.Parse(f.read(), mc.ModelConfig())
+        with open(os.path.join(model_dir, "quality.pbtxt"), encoding="utf-8") as f:
+            text_format.Parse(f.read(), mc.QualityProfile())
+        assert cfg.name == os.path.basename(model_dir.rstrip("/"))
+        return True
+    finally:
+        if tmp in sys.path:
+            sys.path.remove(tmp)
+        for k in [k for k in sys.modules if k.startswith("odeserve.v1") or k == "odeserve"]:
+            del sys.modules[k]
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,74 @@
+"""Checks every exported model folder the way the server will use it (Python side):
+forward(x, mask) == input_stage -> L Euler steps (dt = 1) -> output_stage, pads ignored,
+prepare() idempotent, config/quality text protos parse."""
+import os
+import re
+from typing import List
+
+import torch
+
+from .hashing import PieceHasher
+from .solvers import run
+from .text import Tokenizer
+
+
+def read_config(path: str) -> dict:
+    txt = open(path, encoding="utf-8").read()
+    def one(key, cast=str, default=None):
+        m = re.search(r"^\s*%s:\s*\"?([^\"\n]*)\"?" % key, txt, re.M)
+        return cast(m.group(1)) if m else default
+    cfg = dict(name=one("name"), task=one("task"), trained_depth=one("trained_depth", int),
+               max_len=one("max_sequence_length", int), input_kind=one("input_kind"),
+               labels=re.findall(r'^labels:\s*"([^"]*)"', txt, re.M))
+    if cfg["input_kind"] == "HASHED_NGRAMS":
+        cfg["hash"] = dict(dim=one("dim", int), seed=one("seed", int),
+                           orders=[int(o) for o in re.findall(r"ngram_orders:\s*(\d+)", txt)])
+    return cfg
+
+
+def load_model_dir(d: str):
+    cfg = read_config(os.path.join(d, "config.pbtxt"))
+    hasher = None
+    if cfg["input_kind"] == "HASHED_NGRAMS":
+        h = cfg["hash"]
+        hasher = PieceHasher(h["seed"], h["dim"], h["orders"])
+    tok = Tokenizer(os.path.join(d, "tokenizer.model"), cfg["max_len"], hasher=hasher)
+    m = torch.jit.load(os.path.join(d, "model.pt"), map_location="cpu")
+    m.eval()
+    m.prepare()
+    return cfg, tok, m
+
+
+@torch.no_grad()
+def verify_model_dir(d: str, texts: List[str], tol: float = 1e-5, proto_root: str = "") -> List[str]:
+    cfg, tok, m = load_model_dir(d)
+    msgs = []
+    assert int(m.trained_depth) == cfg["trained_depth"], "trained_depth attribute != config"
+    x, mask = tok.batch(texts)
+    ref = m.forward(x, mask)
+    tol = tol * max(1.0, ref.abs().max().item())  # relative for large outputs (logits)
+    stages = run(m, x, mask, cfg["trained_depth"], "EULER")
+    err = (ref - stages).abs().max().item()
+    assert err <= tol, "%s: forward vs stages max abs diff %g" % (d, err)
+    msgs.append("forward==stages (max diff %.2g)" % err)
+    m.prepare()  # idempotent
+    err2 = (m.forward(x, mask) - ref).abs().max().item()
+    assert err2 <= tol, "prepare() not idempotent"
+    # padding invariance: same rows with 7 extra pad positions holding garbage ids/features
+    short = [t[:40] for t in texts]
+    ref_s = m.forward(*tok.batch(short))
+    x2, mask2 = tok.batch(short, pad_to=cfg["max_len"])
+    if x2.dtype == torch.int64:
+        x2[mask2 == 0] = 5
+    else:
+        x2[mask2 == 0] = 0.37
+    err3 = (m.forward(x2, mask2) - ref_s).abs().max().item()
+    assert err3 <= tol, "%s: output changes with padding (%g)" % (d, err3)
+    # row independence: each row alone == row in batch
+    err4 = max((m.forward(*tok.batch([t])) - ref[i:i + 1]).abs().max().item() for i, t in enumerate(texts[:4]))
+    assert err4 <= tol, "%s: row depends on batch (%g)" % (d, err4)
+    msgs.append("padding-invariant (%.2g, %.2g)" % (err3, err4))
+    if proto_root:
+        from .export import validate_text_protos
+        msgs.append("protos parse" if validate_text_protos(d, proto_root) else "protos not checked (no protobuf)")
+    return msgs
