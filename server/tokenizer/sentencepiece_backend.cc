@@ -22,6 +22,7 @@ std::vector<std::string> ShimCandidates() {
     candidates.push_back((exe.parent_path() / ODESERVE_SHIM_NAME).string());
     candidates.push_back((exe.parent_path().parent_path() / "lib/odeserve" / ODESERVE_SHIM_NAME).string());
   }
+  candidates.push_back(ODESERVE_SHIM_INSTALL_PATH);
   candidates.push_back(ODESERVE_SHIM_BUILD_PATH);
   return candidates;
 }
