@@ -154,8 +154,9 @@ int Run() {
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   LogInfo(absl::StrCat("signal ", signal_number, ": draining (", inference.in_flight(),
                        " calls in flight, timeout ", absl::FormatDuration(drain_timeout), ")"));
-  health->Shutdown();  // every service NOT_SERVING, Watch streams told so
+  // Refuse new calls first: a client that sees NOT_SERVING and calls anyway must get UNAVAILABLE.
   inference.StartDraining();
+  health->Shutdown();  // every service NOT_SERVING, Watch streams told so
   const absl::Time give_up = absl::Now() + drain_timeout;
   while (inference.in_flight() > 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
   const int abandoned = inference.in_flight();
