@@ -15,6 +15,11 @@ import shutil
 import sys
 import tempfile
 
+# TorchScript writes some module constants in set order, which depends on Python's string hash
+# seed: pin it so that model.pt is byte-identical from run to run.
+if os.environ.get("PYTHONHASHSEED") != "0":
+    os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, PYTHONHASHSEED="0"))
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
@@ -82,7 +87,14 @@ def main():
     texts = [t for t in open(SAMPLE, encoding="utf-8").read().split("\n") if t.strip()]
     tmp = tempfile.mkdtemp(prefix="odeserve-tiny-")
     try:
-        spm_file = train_sentencepiece(SAMPLE, os.path.join(tmp, "tiny"), 500, shuffle_input_sentence=False)
+        # relative model_prefix: the SentencePiece proto records it, and a random temp path would make
+        # tokenizer.model differ from run to run
+        cwd = os.getcwd()
+        os.chdir(tmp)
+        try:
+            spm_file = os.path.join(tmp, train_sentencepiece(SAMPLE, "tiny", 500, shuffle_input_sentence=False))
+        finally:
+            os.chdir(cwd)
         eval_texts = texts[::14][:30]
         specs = [
             ("tiny-albert", "albert", "EMBEDDING", dict(vocab=None, emb=EMB), H, "test model: ALBERT-style, random init"),

@@ -262,7 +262,8 @@ void InferenceCore::RunEncoder(const CallContext& call, v1::Task task, const std
   item->cancelled = call.cancelled;
   const absl::Time received = call.received;
   const Servable* servable = &s;
-  item->done = [servable, report, received, budget, tokens, fill = std::move(fill),
+  const absl::Duration predicted = spent + plan.predicted_total;
+  item->done = [servable, report, received, budget, tokens, predicted, fill = std::move(fill),
                 done](absl::StatusOr<scheduler::WorkResult> result) mutable {
     if (!result.ok()) return done(result.status());
     fill(*servable, result->outputs);
@@ -273,6 +274,7 @@ void InferenceCore::RunEncoder(const CallContext& call, v1::Task task, const std
     report->set_batch_size(result->batch_rows);
     const bool met = !budget.has_value() || total <= *budget;
     report->set_budget_met(met);
+    servable->scheduler->ObserveCallLatency(predicted, total);
     servable->metrics->ObserveCall(absl::ToDoubleSeconds(result->queue_time),
                                    absl::ToDoubleSeconds(result->compute_time), report->steps(), tokens);
     if (budget) servable->metrics->ObserveBudget(met ? "met" : "missed");

@@ -257,6 +257,7 @@ v1::ModelInfo ModelManager::Describe(const ModelEntry& entry) {
   cost->set_calibration_samples(snapshot.calibration_samples);
   cost->set_online_samples(snapshot.online_samples);
   cost->set_mean_abs_relative_error(snapshot.mean_abs_relative_error);
+  cost->set_latency_inflation(s.scheduler->LatencyInflation());
   info.set_parameters(c.parameters() > 0 ? c.parameters() : s.model->parameter_count());
   info.set_size_bytes(s.size_bytes);
   info.set_device(s.device);

@@ -135,6 +135,7 @@ absl::StatusOr<Plan> ModelScheduler::MakePlan(const PlanRequest& request) const 
     }
   }
   const absl::Duration budget = *request.budget;
+  const double inflation = LatencyInflation();
   const StepCandidate* best = nullptr;
   const StepCandidate* cheapest = nullptr;
   auto evaluations = [](const StepCandidate& c) { return c.steps * EvaluationsPerStep(c.solver); };
@@ -142,7 +143,7 @@ absl::StatusOr<Plan> ModelScheduler::MakePlan(const PlanRequest& request) const 
     if (cheapest == nullptr || evaluations(c) < evaluations(*cheapest)) cheapest = &c;
     const absl::Duration total =
         plan.predicted_queue + PredictCompute(request.rows, request.padded_tokens, c.steps, c.solver);
-    if (total > budget) continue;
+    if (total * inflation > budget) continue;
     if (best == nullptr || c.quality > best->quality ||
         (c.quality == best->quality && evaluations(c) < evaluations(*best))) {
       best = &c;
@@ -156,9 +157,29 @@ absl::StatusOr<Plan> ModelScheduler::MakePlan(const PlanRequest& request) const 
         "latency budget ", Ms(budget), " cannot be met: the cheapest allowed choice (",
         SolverName(cheapest->solver), ", ", cheapest->steps, " steps) is predicted to take ",
         Ms(floor_plan.predicted_total), " including ", Ms(plan.predicted_queue),
-        " of queueing; refused without computing (on_budget_miss=REFUSE)"));
+        " of queueing (x", absl::StrFormat("%.2f", inflation),
+        " safety factor from recent calls); refused without computing (on_budget_miss=REFUSE)"));
   }
   return floor_plan;
+}
+
+void ModelScheduler::ObserveCallLatency(absl::Duration predicted, absl::Duration measured) {
+  if (predicted <= absl::ZeroDuration()) return;
+  constexpr size_t kWindow = 512;
+  constexpr double kQuantile = 0.98;
+  constexpr double kMaxInflation = 4.0;
+  std::lock_guard<std::mutex> lock(mutex_);
+  latency_ratios_.push_back(absl::FDivDuration(measured, predicted));
+  if (latency_ratios_.size() > kWindow) latency_ratios_.pop_front();
+  std::vector<double> sorted(latency_ratios_.begin(), latency_ratios_.end());
+  const size_t index = static_cast<size_t>(kQuantile * (sorted.size() - 1));
+  std::nth_element(sorted.begin(), sorted.begin() + index, sorted.end());
+  latency_inflation_ = std::clamp(sorted[index], 1.0, kMaxInflation);
+}
+
+double ModelScheduler::LatencyInflation() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return latency_inflation_;
 }
 
 absl::Status ModelScheduler::Submit(std::unique_ptr<WorkItem> item) {

@@ -147,6 +147,14 @@ class ModelScheduler {
   /// Predicted wait before a request submitted now would start computing.
   absl::Duration EstimateQueueDelay() const;
 
+  /// Records a finished call's predicted and measured time inside the server. Budgeted plans
+  /// are inflated by a high quantile of measured/predicted over recent calls, so the step
+  /// choice keeps its promise even where the cost model is optimistic (noisy neighbours,
+  /// batching it did not foresee).
+  void ObserveCallLatency(absl::Duration predicted, absl::Duration measured);
+  /// The current inflation factor (>= 1).
+  double LatencyInflation() const;
+
  private:
   struct Entry;
 
@@ -169,6 +177,8 @@ class ModelScheduler {
   int64_t queued_token_evaluations_ = 0;
   bool stopping_ = false;
   absl::Time running_until_ = absl::InfinitePast();  // predicted end of the running batch
+  std::deque<double> latency_ratios_;                 // measured / predicted, recent calls
+  double latency_inflation_ = 1.0;
   std::thread batcher_;
 };
 

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Baselines on the same test sets as models/evaluate.py: majority class, TF-IDF + logistic
+regression (word 1-2 grams, numpy softmax regression), TF-IDF char 2-4-gram cosine retrieval.
+    nice -n 10 /usr/bin/python3 models/eval_baselines.py  -> models/work/eval/baselines.json"""
+import json
+import os
+import sys
+import time
+from collections import Counter
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import numpy as np  # noqa: E402
+from odeserve_models.baselines import Tfidf, char_tfidf_retrieval, macro_f1, predict, train_logreg, word_features  # noqa: E402
+from odeserve_models.data import load_jsonl  # noqa: E402
+from eval_sets import eval_sets  # noqa: E402
+
+
+def main():
+    t0 = time.time()
+    sets = eval_sets()
+    labels = sets["labels"]; lid = {l: i for i, l in enumerate(labels)}
+    train = load_jsonl("sections-train-en.jsonl")
+    valid = load_jsonl("sections-valid-en.jsonl")
+    ytr = np.array([lid[r["label"]] for r in train]); yva = np.array([lid[r["label"]] for r in valid])
+    vec = Tfidf(word_features, min_df=2, max_features=200000).fit([r["text"] for r in train])
+    Xtr = vec.transform([r["text"] for r in train]); Xva = vec.transform([r["text"] for r in valid])
+    print("tfidf features", Xtr.shape, "%.0fs" % (time.time() - t0), flush=True)
+    W, b = train_logreg(Xtr, ytr, len(labels), epochs=6, X_val=Xva, y_val=yva)
+    res = {"labels": labels}
+    maj = Counter(ytr.tolist()).most_common(1)[0][0]
+    for name, (texts, y) in sets["classification"].items():
+        y = np.array([lid[l] for l in y])
+        p = predict(vec.transform(texts), W, b)
+        res["tfidf_lr/" + name] = {"accuracy": float((p == y).mean()), "macro_f1": macro_f1(y, p, len(labels)), "n": len(y)}
+        pm = np.full_like(y, maj)
+        res["majority/" + name] = {"accuracy": float((pm == y).mean()), "macro_f1": macro_f1(y, pm, len(labels)), "n": len(y),
+                                   "class": labels[maj]}
+        print(name, res["tfidf_lr/" + name], res["majority/" + name], flush=True)
+    for name, (q, c) in sets["retrieval"].items():
+        r = char_tfidf_retrieval(q, c)
+        res["tfidf_char/" + name] = {"recall@1": r[1], "recall@10": r[10], "n": len(q)}
+        print(name, res["tfidf_char/" + name], flush=True)
+    os.makedirs(os.path.join(HERE, "work", "eval"), exist_ok=True)
+    json.dump(res, open(os.path.join(HERE, "work", "eval", "baselines.json"), "w"), indent=1)
+    print("done in %.0fs" % (time.time() - t0))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Evaluate the served path: the same test sets as models/evaluate.py, through the running C++
+server over gRPC (python3-grpcio; stubs generated at run time from proto/ with protoc and
+/usr/bin/grpc_python_plugin into a temp dir).
+
+  # against a running server
+  /usr/bin/python3 models/eval_served.py --address localhost:50051
+  # or start one (and stop it afterwards)
+  /usr/bin/python3 models/eval_served.py --start /work/main/build/server/odeserve \
+      --model_repository models/repository --grpc_port 50071 --metrics_port 9171
+Writes models/work/eval/served.json (make_report.py adds it to EVAL.md as served-path figures).
+"""
+import argparse
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import numpy as np  # noqa: E402
+
+from eval_sets import eval_sets  # noqa: E402
+from odeserve_models.baselines import macro_f1, recall_at_k  # noqa: E402
+
+
+def stubs():
+    tmp = tempfile.mkdtemp(prefix="odeserve-stubs-")
+    subprocess.check_call(["protoc", "-I", os.path.join(ROOT, "proto"), "--python_out", tmp, "--grpc_out", tmp,
+                           "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin",
+                           "odeserve/v1/inference.proto", "odeserve/v1/model_config.proto"])
+    sys.path.insert(0, tmp)
+    pb = importlib.import_module("odeserve.v1.inference_pb2")
+    pbg = importlib.import_module("odeserve.v1.inference_pb2_grpc")
+    return tmp, pb, pbg
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--address", default="")
+    ap.add_argument("--start", default="", help="server binary to start")
+    ap.add_argument("--model_repository", default=os.path.join(HERE, "repository"))
+    ap.add_argument("--grpc_port", type=int, default=50071)
+    ap.add_argument("--metrics_port", type=int, default=9171)
+    ap.add_argument("--steps", default="2,4,8")
+    ap.add_argument("--n-en", type=int, default=1000)
+    ap.add_argument("--n-zs", type=int, default=500)
+    a = ap.parse_args()
+    import grpc
+    tmp, pb, pbg = stubs()
+    proc = None
+    address = a.address or "localhost:%d" % a.grpc_port
+    if a.start:
+        cmd = [a.start, "--model_repository", a.model_repository, "--grpc_port", str(a.grpc_port),
+               "--metrics_port", str(a.metrics_port)]
+        print("starting:", " ".join(cmd), flush=True)
+        proc = subprocess.Popen(cmd, stdout=open(os.path.join(HERE, "work", "logs", "served-server.log"), "w"),
+                                stderr=subprocess.STDOUT)
+    ch = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 << 20)])
+    stub = pbg.InferenceStub(ch)
+    out = {"address": address, "command": " ".join(sys.argv), "results": []}
+    try:
+        for _ in range(240):  # wait for the models to be READY
+            try:
+                lm = stub.ListModels(pb.ListModelsRequest(), timeout=5)
+                if lm.models and all(m.state != pb.LOADING for m in lm.models):
+                    break
+            except grpc.RpcError:
+                pass
+            time.sleep(1)
+        models = {m.name: m for m in lm.models}
+        out["models"] = {n: dict(state=pb.ModelState.Name(m.state), error=m.error, device=m.device) for n, m in models.items()}
+        print(out["models"], flush=True)
+        sets = eval_sets()
+        labels = sets["labels"]; lid = {l: i for i, l in enumerate(labels)}
+        steps = [int(s) for s in a.steps.split(",")]
+
+        def batched(texts, per):
+            for i in range(0, len(texts), per):
+                yield texts[i:i + per]
+
+        for name, m in models.items():
+            if m.state != pb.READY:
+                continue
+            per = max(1, min(m.max_inputs_per_request or 32, 32))
+            L = m.trained_depth
+            if m.task == pb.CLASSIFICATION:
+                for ds, (texts, y) in sets["classification"].items():
+                    lim = a.n_en if ds.endswith("-en") else a.n_zs
+                    texts, y = texts[:lim], np.array([lid[l] for l in y[:lim]])
+                    for n in (steps if ds.endswith("-en") else [L]):
+                        pred, t0, times = [], time.time(), []
+                        for chunk in batched(texts, per):
+                            r = stub.Classify(pb.ClassifyRequest(model=name, inputs=chunk, top_k=1, truncate=True,
+                                                                 compute=pb.ComputeOptions(steps=n, solver=pb.EULER)), timeout=120)
+                            pred.extend(lid[res.labels[0].label] for res in r.results)
+                            times.append(r.report.total_time.ToTimedelta().total_seconds())
+                        pred = np.array(pred)
+                        row = dict(model=name, dataset=ds, solver="EULER", steps=n, n=len(y), accuracy=float((pred == y).mean()),
+                                   macro_f1=macro_f1(y, pred, len(labels)), wall_s=time.time() - t0,
+                                   median_request_s=float(np.median(times)))
+                        out["results"].append(row); print(row, flush=True)
+            elif m.task == pb.EMBEDDING:
+                for ds, (q, c) in sets["retrieval"].items():
+                    if not ds.endswith("-de"):
+                        continue
+                    for n in steps:
+                        embs, t0 = [], time.time()
+                        for side in (q, c):
+                            vecs = []
+                            for chunk in batched(side, per):
+                                r = stub.Embed(pb.EmbedRequest(model=name, inputs=chunk, normalize=True, truncate=True,
+                                                               compute=pb.ComputeOptions(steps=n, solver=pb.EULER)), timeout=120)
+                                vecs.extend(list(e.values) for e in r.embeddings)
+                            embs.append(np.array(vecs, dtype=np.float32))
+                        rk = recall_at_k(embs[0] @ embs[1].T, (1, 10))
+                        row = dict(model=name, dataset=ds, solver="EULER", steps=n, n=len(q), **{"recall@1": rk[1], "recall@10": rk[10]},
+                                   wall_s=time.time() - t0)
+                        out["results"].append(row); print(row, flush=True)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.join(HERE, "work", "eval"), exist_ok=True)
+    json.dump(out, open(os.path.join(HERE, "work", "eval", "served.json"), "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()

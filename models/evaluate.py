@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Test-set evaluation through the Python mirror of the server's solver loop (fp32).
+
+  nice -n 10 /usr/bin/python3 models/evaluate.py repo:classify-sections
+  nice -n 10 /usr/bin/python3 models/evaluate.py repo:embed-sharebert
+  nice -n 10 /usr/bin/python3 models/evaluate.py run:sharebert-fixed      # comparison run (not served)
+Writes models/work/eval/<target>.json; models/make_report.py turns them into models/EVAL.md.
+"""
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from eval_sets import eval_sets  # noqa: E402
+from odeserve_models.data import Encoded  # noqa: E402
+from odeserve_models.evaluation import Runner, classification_metrics, load_run, retrieval_metrics  # noqa: E402
+from odeserve_models.verify import load_model_dir  # noqa: E402
+
+CLS_EN = [("EULER", n) for n in range(1, 9)] + [("EULER", 16), ("HEUN", 1), ("HEUN", 2), ("HEUN", 4), ("RK4", 1), ("RK4", 2)]
+CLS_ZS = [("EULER", 2), ("EULER", 4), ("EULER", 8)]
+RET = [("EULER", 1), ("EULER", 2), ("EULER", 4), ("EULER", 8), ("HEUN", 2), ("RK4", 2)]
+N_EN, N_ZS = 1000, 500
+
+
+def main():
+    target = sys.argv[1]
+    torch.set_num_threads(int(os.environ.get("EVAL_THREADS", "1")))
+    kind, name = target.split(":")
+    sets = eval_sets()
+    labels = sets["labels"]; lid = {l: i for i, l in enumerate(labels)}
+    res = {"target": target, "results": []}
+    t0 = time.time()
+
+    def add(task, dataset, solver, n, metrics, count):
+        res["results"].append(dict(task=task, dataset=dataset, solver=solver, steps=n, n=count, **metrics))
+        print("%-26s %-6s %2d %s  (%.0fs)" % (dataset, solver, n, {k: round(v, 4) for k, v in metrics.items()}, time.time() - t0), flush=True)
+
+    tasks = []
+    if kind == "repo":
+        d = os.path.join(HERE, "repository", name)
+        cfg, tok, model = load_model_dir(d)
+        task = cfg["task"]
+        res["size_bytes"] = {f: os.path.getsize(os.path.join(d, f)) for f in sorted(os.listdir(d))}
+        res["parameters"] = int(open(os.path.join(d, "config.pbtxt")).read().split("parameters:")[1].split()[0])
+        runners = {task: Runner(model, Encoded(tok))}
+        res["trained_depth"] = cfg["trained_depth"]
+        tasks = [task]
+    else:
+        runners = {}
+        for task in ("CLASSIFICATION", "EMBEDDING"):
+            model, enc, args, _ = load_run(os.path.join(HERE, "work", "runs", name), task)
+            runners[task] = Runner(model, enc)
+            res["trained_depth"] = args["depth"]; res["steps_mode"] = args["steps_mode"]
+        res["train_steps"] = torch.load(os.path.join(HERE, "work", "runs", name, "final.pt"))["state"]["step"]
+        tasks = ["CLASSIFICATION", "EMBEDDING"]
+    L = res["trained_depth"]
+    if "CLASSIFICATION" in tasks:
+        r = runners["CLASSIFICATION"]
+        texts, y = sets["classification"]["sections-test-en"]
+        texts, y = texts[:N_EN], np.array([lid[l] for l in y[:N_EN]])
+        grid = CLS_EN if kind == "repo" else [("EULER", n) for n in range(1, L + 1)]
+        for solver, n in grid:
+            add("CLASSIFICATION", "sections-test-en", solver, n, classification_metrics(r.outputs(texts, n, solver), y, len(labels)), len(y))
+        for lang in ("de", "fr", "it", "da"):
+            texts, y = sets["classification"]["sections-test-" + lang]
+            texts, y = texts[:N_ZS], np.array([lid[l] for l in y[:N_ZS]])
+            for solver, n in (CLS_ZS if kind == "repo" else [("EULER", L)]):
+                add("CLASSIFICATION", "sections-test-" + lang, solver, n, classification_metrics(r.outputs(texts, n, solver), y, len(labels)), len(y))
+    if "EMBEDDING" in tasks:
+        r = runners["EMBEDDING"]
+        q, c = sets["retrieval"]["retrieval-test-en-de"]
+        for solver, n in RET:
+            add("EMBEDDING", "retrieval-test-en-de", solver, n, retrieval_metrics(r.outputs(q, n, solver), r.outputs(c, n, solver)), len(q))
+        q, c = sets["retrieval"]["retrieval-test-en-fr"]
+        add("EMBEDDING", "retrieval-test-en-fr", "EULER", L, retrieval_metrics(r.outputs(q, L), r.outputs(c, L)), len(q))
+    os.makedirs(os.path.join(HERE, "work", "eval"), exist_ok=True)
+    json.dump(res, open(os.path.join(HERE, "work", "eval", name + ".json"), "w"), indent=1)
+    print("done in %.0fs" % (time.time() - t0))
+
+
+if __name__ == "__main__":
+    main()

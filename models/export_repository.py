@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Export a trained run as a served model folder with a quality profile measured on held-out
+VALIDATION data through the Python mirror of the server's solver loop (fp32, TorchScript as saved).
+
+  nice -n 10 /usr/bin/python3 models/export_repository.py --run models/work/runs/sharebert-robust \
+      --name embed-sharebert --task EMBEDDING [--out models/repository]
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from eval_sets import profile_sets  # noqa: E402
+from odeserve_models.data import Encoded  # noqa: E402
+from odeserve_models.evaluation import Runner, classification_metrics, load_run, retrieval_metrics  # noqa: E402
+from odeserve_models.export import config_text, export_model, quality_text  # noqa: E402
+from odeserve_models.verify import load_model_dir, verify_model_dir  # noqa: E402
+
+DESCRIPTIONS = {
+    "sharebert": "ShareBERT-style parameter-shared encoder: stored embeddings E (8k x {emb}), shared "
+                 "pre-LN block whose Q/K/V/O/FFN matrices are column slices of M = E W + b, materialized "
+                 "once in prepare(); H={hidden}, {heads} heads, FFN {ffn}, L={depth}; {how}",
+    "eelbert": "EELBERT-style encoder without an embedding table: hashed character 2/3/4-gram features "
+               "(dim {hash_dim}) of each SentencePiece piece, computed by the server, projected by a small "
+               "MLP; one shared pre-LN block, H={hidden}, {heads} heads, FFN {ffn}, L={depth}; {how}",
+    "albert": "ALBERT-style encoder: factorized embeddings (8k x {emb} -> H), one shared pre-LN block, "
+              "H={hidden}, {heads} heads, FFN {ffn}, L={depth}; {how}",
+}
+# languages with >= 1,000 training pairs (nl, fi, sv had only 135-352 and are left out)
+LANGS = ["en", "de", "fr", "it", "da", "es", "pt", "ru", "pl", "ja", "cs"]
+
+
+def profile(runner, task, sets, L):
+    grid = [("EULER", n) for n in range(1, L + 1)] + [("EULER", 2 * L)] + \
+           [("HEUN", n) for n in (1, 2, 4)] + [("RK4", n) for n in (1, 2)]
+    pts = []
+    labels = sets["labels"]; lid = {l: i for i, l in enumerate(labels)}
+    for solver, n in grid:
+        t = time.time()
+        if task == "CLASSIFICATION":
+            texts, y = sets["sections-valid-en"]
+            texts, y = texts[:600], y[:600]
+            m = classification_metrics(runner.outputs(texts, n, solver), np.array([lid[l] for l in y]), len(labels))
+            pts.append(dict(solver=solver, steps=n, metric="accuracy", value=m["accuracy"], dataset="sections-valid-en (600)"))
+            pts.append(dict(solver=solver, steps=n, metric="macro_f1", value=m["macro_f1"], dataset="sections-valid-en (600)"))
+        else:
+            q, c = sets["retrieval-valid-en-de"]
+            q, c = q[:300], c[:300]
+            m = retrieval_metrics(runner.outputs(q, n, solver), runner.outputs(c, n, solver))
+            for k in ("recall@1", "recall@10"):
+                pts.append(dict(solver=solver, steps=n, metric=k, value=m[k],
+                                dataset="retrieval-valid-en-de (300 queries x 300 candidates)"))
+        print("  profile", solver, n, {p["metric"]: round(p["value"], 4) for p in pts[-2:]}, "%.0fs" % (time.time() - t), flush=True)
+    return ("accuracy" if task == "CLASSIFICATION" else "recall@1"), pts
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--task", required=True, choices=["EMBEDDING", "CLASSIFICATION"])
+    ap.add_argument("--out", default=os.path.join(HERE, "repository"))
+    ap.add_argument("--version", default="1")
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    model, enc, args, labels = load_run(a.run, a.task)
+    L = args["depth"]
+    how = ("step-robust training (Euler steps n sampled per batch, dt = L/n)" if args["steps_mode"] == "robust"
+           else "fixed-depth training") + \
+          ("; contrastive en<->xx and long<->short description pairs" if a.task == "EMBEDDING"
+           else "; Debian Section classifier trained on English descriptions only (jointly with the contrastive objective)")
+    desc = DESCRIPTIONS[args["family"]].format(how=how, **args)
+    hash_cfg = dict(dim=args["hash_dim"], seed=args["hash_seed"], orders=[2, 3, 4]) if args["family"] == "eelbert" else None
+    cfg = config_text(a.name, model, a.task, desc, args["max_len"], steps=(1, 2 * L, L),
+                      labels=labels if a.task == "CLASSIFICATION" else (), languages=LANGS,
+                      hash_cfg=hash_cfg, version=a.version)
+    # export first (with a placeholder-free profile written after measuring the exported file)
+    d = export_model(a.out, a.name, model, args["tokenizer"], cfg, quality_text("pending", []))
+    cfg_d, tok_d, m_d = load_model_dir(d)
+    runner = Runner(m_d, Encoded(tok_d))
+    t = time.time()
+    metric, pts = profile(runner, a.task, profile_sets(), L)
+    with open(os.path.join(d, "quality.pbtxt"), "w") as f:
+        f.write(quality_text(metric, pts))
+    texts = profile_sets()["sections-valid-en"][0][:16]
+    print(a.name, verify_model_dir(d, texts, proto_root=os.path.join(os.path.dirname(HERE), "proto")))
+    sizes = {f: os.path.getsize(os.path.join(d, f)) for f in sorted(os.listdir(d))}
+    print(a.name, "files", sizes, "profile %.0fs" % (time.time() - t))
+
+
+if __name__ == "__main__":
+    main()

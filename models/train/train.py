@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+"""Train a parameter-shared ODE encoder (step-robust or fixed depth), time-budgeted, resumable.
+
+Objectives (per batch, one forward of 2B sequences):
+  - contrastive InfoNCE (symmetric, in-batch negatives) on (English description, translation
+    xx) pairs and (long English description, short description) pairs;
+  - cross-entropy on the English side's Debian Section (labels only ever seen in English).
+Step-robust: per batch n ~ p(n) on 1..L, dt = L/n (Euler, as the server runs it);
+fixed: n = L, dt = 1 always.
+
+  nice -n 10 /usr/bin/python3 models/train/train.py --family sharebert --out models/work/runs/X \
+      --minutes 50 --steps-mode robust
+"""
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from odeserve_models import families  # noqa: E402
+from odeserve_models.data import Encoded, load_jsonl  # noqa: E402
+from odeserve_models.hashing import PieceHasher  # noqa: E402
+from odeserve_models.text import Tokenizer  # noqa: E402
+
+PAIR_LANGS = {"de": 3.0, "fr": 2.0, "it": 1.5, "da": 1.5, "es": 1, "pt": 1, "ru": 1, "pl": 1,
+              "ja": 1, "cs": 1, "nl": 1, "fi": 1, "sv": 1}
+
+
+def parse():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--family", required=True, choices=["albert", "sharebert", "eelbert"])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tokenizer", default=os.path.join(HERE, "..", "work", "tok", "spm8k.model"))
+    ap.add_argument("--minutes", type=float, default=30)
+    ap.add_argument("--steps-mode", default="robust", choices=["robust", "fixed"])
+    ap.add_argument("--p-full", type=float, default=0.3, help="robust: P(n = L)")
+    ap.add_argument("--hidden", type=int, default=192)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--ffn", type=int, default=768)
+    ap.add_argument("--emb", type=int, default=96)
+    ap.add_argument("--depth", type=int, default=8)
+    ap.add_argument("--max-len", type=int, default=64)
+    ap.add_argument("--hash-dim", type=int, default=64)
+    ap.add_argument("--hash-seed", type=int, default=20231030)
+    ap.add_argument("--batch", type=int, default=48, help="pairs per batch (2x sequences)")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--ce-weight", type=float, default=1.0)
+    ap.add_argument("--nce-weight", type=float, default=1.0)
+    ap.add_argument("--p-shortlong", type=float, default=0.25)
+    ap.add_argument("--tau", type=float, default=0.05)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--init", default="", help="checkpoint to start from (weights only)")
+    ap.add_argument("--amp", type=int, default=1, help="bf16 autocast (2-2.5x faster on this CPU)")
+    ap.add_argument("--ckpt-minutes", type=float, default=4)
+    return ap.parse_args()
+
+
+def sample_steps(rng, L, mode, p_full):
+    if mode == "fixed":
+        return L
+    if rng.random() < p_full:
+        return L
+    w = [1.0 / n for n in range(1, L)]  # biased to small n
+    return rng.choices(range(1, L), weights=w)[0]
+
+
+def build_model(a, vocab, n_labels):
+    common = dict(hidden=a.hidden, heads=a.heads, ffn=a.ffn, trained_depth=a.depth, max_len=a.max_len,
+                  out_dim=a.hidden)
+    if a.family == "eelbert":
+        m = families.build("eelbert", hash_dim=a.hash_dim, **common)
+    else:
+        m = families.build(a.family, vocab=vocab, emb=a.emb, **common)
+    return m, nn.Linear(a.hidden, n_labels)
+
+
+def encode_pooled(model, x, mask, n):
+    if isinstance(model, families.ShareBertEncoder):
+        model.train_prepare()
+    h = model.input_stage(x, mask)
+    dt = model.trained_depth / n
+    for _ in range(n):
+        h = h + dt * model.vector_field(h, mask)
+    return model.pool(h, mask)
+
+
+def main():
+    a = parse()
+    torch.set_num_threads(a.threads)
+    os.makedirs(a.out, exist_ok=True)
+    log = open(os.path.join(a.out, "train.log"), "a")
+
+    def say(*s):
+        msg = time.strftime("%H:%M:%S ") + " ".join(str(x) for x in s)
+        print(msg, flush=True)
+        log.write(msg + "\n"); log.flush()
+
+    torch.manual_seed(a.seed); random.seed(a.seed); np.random.seed(a.seed)
+    rng = random.Random(a.seed)
+    manifest = json.load(open(os.path.join(HERE, "..", "data", "manifest.json")))
+    labels = manifest["labels"]
+    lab_id = {l: i for i, l in enumerate(labels)}
+    hasher = PieceHasher(a.hash_seed, a.hash_dim, [2, 3, 4]) if a.family == "eelbert" else None
+    tok = Tokenizer(a.tokenizer, a.max_len, hasher=hasher)
+    enc = Encoded(tok)
+    t0 = time.time()
+    sec = load_jsonl("sections-train-en.jsonl")
+    pairs = []  # (en_seq, other_seq, label)
+    for r in sec:
+        if r["long"]:
+            pairs.append(("sl", r["text"], r["short"], lab_id[r["label"]]))
+    n_sl = len(pairs)
+    xl = []
+    for lang in PAIR_LANGS:
+        try:
+            for r in load_jsonl("pairs-train-%s.jsonl" % lang):
+                xl.append((lang, r["en"], r["xx"], lab_id[r["label"]]))
+        except FileNotFoundError:
+            pass
+    say("loaded", n_sl, "short-long pairs,", len(xl), "cross-lingual pairs in %.0fs" % (time.time() - t0))
+    # tokenize once
+    t0 = time.time()
+    texts = sorted({p[1] for p in pairs + xl} | {p[2] for p in pairs + xl})
+    seqs = dict(zip(texts, enc.encode(texts)))
+    say("tokenized", len(texts), "texts in %.0fs" % (time.time() - t0),
+        "distinct pieces %d" % len(enc.piece_index) if enc.hashed else "")
+    by_lang = {}
+    for p in xl:
+        by_lang.setdefault(p[0], []).append(p)
+    langs = sorted(by_lang)
+    lang_w = [PAIR_LANGS[l] * math.sqrt(len(by_lang[l])) for l in langs]
+    # validation sets
+    val = load_jsonl("sections-valid-en.jsonl")[:400]
+    val_x = enc.encode([r["text"] for r in val]); val_y = torch.tensor([lab_id[r["label"]] for r in val])
+    vpairs = load_jsonl("pairs-valid-de.jsonl")[:300]
+    vp_en = enc.encode([r["en"] for r in vpairs]); vp_de = enc.encode([r["xx"] for r in vpairs])
+
+    model, cls = build_model(a, tok.sp.get_piece_size(), len(labels))
+    params = list(model.parameters()) + list(cls.parameters())
+    opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.01)
+    state = dict(step=0, elapsed=0.0)
+    ck = os.path.join(a.out, "ckpt.pt")
+    if os.path.exists(ck):
+        c = torch.load(ck)
+        model.load_state_dict(c["model"], strict=False); cls.load_state_dict(c["cls"])
+        opt.load_state_dict(c["opt"]); state = c["state"]; rng.setstate(c["rng"])
+        say("resumed at step", state["step"], "elapsed %.1f min" % (state["elapsed"] / 60))
+    elif a.init:
+        c = torch.load(a.init)
+        model.load_state_dict(c["model"], strict=False); cls.load_state_dict(c["cls"])
+        say("initialised from", a.init)
+    json.dump(dict(vars(a), labels=labels, vocab=tok.sp.get_piece_size(),
+                   parameters=families.count_parameters(model)), open(os.path.join(a.out, "args.json"), "w"), indent=1)
+    say("parameters", families.count_parameters(model), "(+ aux classifier", sum(p.numel() for p in cls.parameters()), ")")
+    budget = a.minutes * 60
+
+    @torch.no_grad()
+    def evaluate(ns):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return _evaluate(ns)
+
+    def _evaluate(ns):
+        model.eval()
+        res = {}
+        for n in ns:
+            P = []
+            for i in range(0, len(val_x), 100):
+                x, m = enc.collate(val_x[i:i + 100]); P.append(encode_pooled(model, x, m, n))
+            acc = (cls(torch.cat(P)).float().argmax(-1) == val_y).float().mean().item()
+            E = []
+            for s in (vp_en, vp_de):
+                out = []
+                for i in range(0, len(s), 100):
+                    x, m = enc.collate(s[i:i + 100]); out.append(F.normalize(model.head(encode_pooled(model, x, m, n)).float(), dim=-1))
+                E.append(torch.cat(out))
+            r1 = ((E[0] @ E[1].T).argmax(-1) == torch.arange(len(vp_en))).float().mean().item()
+            res[n] = (round(acc, 4), round(r1, 4))
+        model.train()
+        return res
+
+    model.train()
+    last_ck = time.time()
+    t_start = time.time() - state["elapsed"]
+    losses = []
+    while True:
+        elapsed = time.time() - t_start
+        if elapsed >= budget:
+            break
+        frac = elapsed / budget
+        lr = a.lr * min(1.0, (state["step"] + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        batch = []
+        for _ in range(a.batch):
+            if rng.random() < a.p_shortlong:
+                batch.append(pairs[rng.randrange(n_sl)])
+            else:
+                l = rng.choices(langs, weights=lang_w)[0]
+                batch.append(by_lang[l][rng.randrange(len(by_lang[l]))])
+        q = [seqs[b[1]] for b in batch]; d = [seqs[b[2]] for b in batch]
+        y = torch.tensor([b[3] for b in batch])
+        n = sample_steps(rng, a.depth, a.steps_mode, a.p_full)
+        x, m = enc.collate(q + d)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(a.amp)):
+            pooled = encode_pooled(model, x, m, n)
+            e = model.head(pooled)
+            logits = cls(pooled[:len(batch)])
+        pooled, e, logits = pooled.float(), e.float(), logits.float()
+        B = len(batch)
+        e = F.normalize(e, dim=-1)
+        sim = e[:B] @ e[B:].T / a.tau
+        tgt = torch.arange(B)
+        nce = 0.5 * (F.cross_entropy(sim, tgt) + F.cross_entropy(sim.T, tgt))
+        ce = F.cross_entropy(logits, y)
+        loss = a.nce_weight * nce + a.ce_weight * ce
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        state["step"] += 1
+        losses.append((nce.item(), ce.item(), n))
+        if state["step"] % 25 == 0:
+            ln = np.array([l[:2] for l in losses[-25:]]).mean(0)
+            say("step %d  %.1f/%.0f min  lr %.2e  nce %.3f  ce %.3f  mean n %.1f  %.2f s/step" % (
+                state["step"], elapsed / 60, a.minutes, lr, ln[0], ln[1],
+                np.mean([l[2] for l in losses[-25:]]), elapsed / max(1, state["step"])))
+        if time.time() - last_ck > a.ckpt_minutes * 60:
+            state["elapsed"] = time.time() - t_start
+            if isinstance(model, families.ShareBertEncoder):
+                model.clear_prepared()
+            torch.save(dict(model=model.state_dict(), cls=cls.state_dict(), opt=opt.state_dict(), state=state,
+                            rng=rng.getstate()), ck)
+            last_ck = time.time()
+            if state["step"] % 4 == 0 or True:
+                say("ckpt; valid (acc, en->de r@1 of 300) by steps:", evaluate([a.depth // 4, a.depth // 2, a.depth]))
+    state["elapsed"] = time.time() - t_start
+    if isinstance(model, families.ShareBertEncoder):
+        model.clear_prepared()
+    torch.save(dict(model=model.state_dict(), cls=cls.state_dict(), opt=opt.state_dict(), state=state,
+                    rng=rng.getstate()), ck)
+    torch.save(dict(model=model.state_dict(), cls=cls.state_dict(), state=state, args=vars(a), labels=labels),
+               os.path.join(a.out, "final.pt"))
+    say("final valid (acc, en->de r@1 of 300):", evaluate(list(range(1, a.depth + 1))))
+    say("done", state["step"], "steps")
+
+
+if __name__ == "__main__":
+    main()
