@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <future>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -268,7 +269,15 @@ std::vector<ModelScheduler::Slice> ModelScheduler::TakeBatchLocked(
 void ModelScheduler::BatcherLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || batcher_task_; });
+    if (batcher_task_) {
+      auto task = std::move(batcher_task_);
+      batcher_task_ = nullptr;
+      lock.unlock();
+      task();
+      lock.lock();
+      continue;
+    }
     if (queue_.empty()) return;  // stopping, and everything queued has run
     // Wait for company up to max_queue_delay, but never past what a queued budget can afford
     // (recomputed as calls arrive: a tight budget arriving later shortens the wait).
@@ -398,17 +407,33 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
   if (options_.observer) options_.observer->OnBatch(observation);
 }
 
-absl::Status ModelScheduler::Calibrate(const std::vector<ExecBatch>& batches) {
-  std::vector<CostSample> samples;
-  for (const auto& batch : batches) {
-    const auto stats = executor_->Run(
-        batch, [](size_t, absl::Span<const float>) {}, [](size_t) { return false; });
-    if (!stats.ok()) return stats.status();
-    samples.push_back({static_cast<int64_t>(batch.rows.size()), stats->padded_tokens,
-                       stats->token_evaluations, stats->seconds});
+absl::Status ModelScheduler::Calibrate(const std::vector<ExecBatch>& warmup,
+                                       const std::vector<ExecBatch>& batches) {
+  std::promise<absl::Status> finished;
+  auto task = [&] {
+    auto run = [&](const ExecBatch& batch) {
+      return executor_->Run(batch, [](size_t, absl::Span<const float>) {}, [](size_t) { return false; });
+    };
+    for (const auto& batch : warmup) {
+      if (auto stats = run(batch); !stats.ok()) return finished.set_value(stats.status());
+    }
+    std::vector<CostSample> samples;
+    for (const auto& batch : batches) {
+      const auto stats = run(batch);
+      if (!stats.ok()) return finished.set_value(stats.status());
+      samples.push_back({static_cast<int64_t>(batch.rows.size()), stats->padded_tokens,
+                         stats->token_evaluations, stats->seconds});
+    }
+    cost_model_.Calibrate(samples);
+    finished.set_value(absl::OkStatus());
+  };
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return absl::UnavailableError("scheduler stopped before calibration");
+    batcher_task_ = task;
   }
-  cost_model_.Calibrate(samples);
-  return absl::OkStatus();
+  cv_.notify_all();
+  return finished.get_future().get();
 }
 
 }  // namespace odeserve::scheduler

@@ -135,8 +135,10 @@ class ModelScheduler {
   /// called.
   absl::Status Submit(std::unique_ptr<WorkItem> item);
 
-  /// Runs warm-up batches straight through the executor and fits the cost model to them.
-  absl::Status Calibrate(const std::vector<ExecBatch>& batches);
+  /// Runs `warmup` (unmeasured) then `batches` through the executor on the batcher thread
+  /// (LibTorch pays one-time per-thread costs of hundreds of milliseconds on a thread's first
+  /// calls, which must not land on the first client) and fits the cost model to the latter.
+  absl::Status Calibrate(const std::vector<ExecBatch>& warmup, const std::vector<ExecBatch>& batches);
 
   /// Stops accepting work, finishes what is queued, then joins the batcher.
   void Stop();
@@ -176,6 +178,7 @@ class ModelScheduler {
   int64_t queued_tokens_ = 0;
   int64_t queued_token_evaluations_ = 0;
   bool stopping_ = false;
+  std::function<void()> batcher_task_;  // run once by the batcher thread (calibration)
   absl::Time running_until_ = absl::InfinitePast();  // predicted end of the running batch
   std::deque<double> latency_ratios_;                 // measured / predicted, recent calls
   double latency_inflation_ = 1.0;

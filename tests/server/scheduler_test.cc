@@ -632,7 +632,7 @@ class Planning : public ::testing::Test {
         }
       }
     }
-    ASSERT_TRUE(scheduler_->Calibrate(batches).ok());
+    ASSERT_TRUE(scheduler_->Calibrate({}, batches).ok());
   }
 
   // One 10-token row: compute = 1 ms + 1 ms per field evaluation; queue = max_queue_delay 1 ms.
@@ -798,7 +798,7 @@ TEST_F(Planning, SolversNotAllowedByTheModelAreNeverChosen) {
   options.solvers = {Solver::kEuler};
   options.candidates = Candidates();
   ModelScheduler euler_only(options, executor_);
-  ASSERT_TRUE(euler_only.Calibrate({}).ok());
+  ASSERT_TRUE(euler_only.Calibrate({}, {}).ok());
   // Uncalibrated (zero) costs: everything fits; the best allowed candidate is Euler 8.
   auto plan = euler_only.MakePlan(Budgeted(absl::Seconds(1)));
   ASSERT_TRUE(plan.ok());
