@@ -4,12 +4,12 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "client/rpc/connection_flags.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
 #include "client/bench/bench_app.h"
 
-ABSL_FLAG(std::string, address, "localhost:8500", "server address host:port");
 ABSL_FLAG(int, connections, 1, "gRPC channels (TCP connections) to spread calls over");
 ABSL_FLAG(std::string, method, "embed", "embed | classify | translate");
 ABSL_FLAG(std::string, model, "", "model name (default: the only ready model of the task)");
@@ -44,12 +44,6 @@ ABSL_FLAG(double, sweep_max_error_rate, 0.01, "sweep: error rate that counts as 
 ABSL_FLAG(std::optional<double>, sweep_p99_limit_ms, std::nullopt, "sweep: p99 (ms) that counts as degraded (default: the largest budget)");
 ABSL_FLAG(double, sweep_min_gain, 0.05, "sweep: throughput gain below this fraction is a plateau");
 ABSL_FLAG(bool, progress, true, "print a progress line to stderr each second");
-ABSL_FLAG(bool, tls, false, "use TLS (system roots unless --tls_ca)");
-ABSL_FLAG(std::string, tls_ca, "", "PEM file of roots that verify the server (implies TLS)");
-ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate chain for mutual TLS");
-ABSL_FLAG(std::string, tls_key, "", "PEM client private key for mutual TLS");
-ABSL_FLAG(std::string, tls_server_name, "", "override the server name checked in its certificate");
-ABSL_FLAG(std::string, token, "", "bearer token (default: $ODESERVE_TOKEN)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -58,16 +52,7 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   odeserve::client::BenchOptions o;
   auto& c = o.load;
-  c.connection.address = absl::GetFlag(FLAGS_address);
-  c.connection.tls = absl::GetFlag(FLAGS_tls);
-  c.connection.tls_ca = absl::GetFlag(FLAGS_tls_ca);
-  c.connection.tls_cert = absl::GetFlag(FLAGS_tls_cert);
-  c.connection.tls_key = absl::GetFlag(FLAGS_tls_key);
-  c.connection.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
-  c.connection.token = absl::GetFlag(FLAGS_token);
-  if (c.connection.token.empty()) {
-    if (const char* t = std::getenv("ODESERVE_TOKEN")) c.connection.token = t;
-  }
+  c.connection = odeserve::client::ConnectionFromFlags();
   c.connections = absl::GetFlag(FLAGS_connections);
   c.method = absl::GetFlag(FLAGS_method);
   c.model = absl::GetFlag(FLAGS_model);

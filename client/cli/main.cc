@@ -5,12 +5,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "client/rpc/connection_flags.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
 #include "client/cli/cli_app.h"
 
-ABSL_FLAG(std::string, address, "localhost:8500", "server address host:port");
 ABSL_FLAG(std::string, model, "", "model name (default: the only ready model of the task)");
 ABSL_FLAG(int, steps, 0, "exact solver steps (0 = server's choice)");
 ABSL_FLAG(std::string, solver, "", "euler | heun | rk4 (default: server's choice)");
@@ -26,27 +26,12 @@ ABSL_FLAG(int, max_output_tokens, 0, "translate: output length limit (0 = from i
 ABSL_FLAG(std::optional<absl::Duration>, deadline, std::nullopt, "gRPC deadline of the call, e.g. 2s");
 ABSL_FLAG(bool, json, false, "print machine-readable JSON");
 ABSL_FLAG(std::string, input_file, "", "read inputs from this file, one per line");
-ABSL_FLAG(bool, tls, false, "use TLS (system roots unless --tls_ca)");
-ABSL_FLAG(std::string, tls_ca, "", "PEM file of roots that verify the server (implies TLS)");
-ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate chain for mutual TLS");
-ABSL_FLAG(std::string, tls_key, "", "PEM client private key for mutual TLS");
-ABSL_FLAG(std::string, tls_server_name, "", "override the server name checked in its certificate");
-ABSL_FLAG(std::string, token, "", "bearer token (default: $ODESERVE_TOKEN)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(odeserve::client::CliUsage());
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   odeserve::client::CliOptions o;
-  o.connection.address = absl::GetFlag(FLAGS_address);
-  o.connection.tls = absl::GetFlag(FLAGS_tls);
-  o.connection.tls_ca = absl::GetFlag(FLAGS_tls_ca);
-  o.connection.tls_cert = absl::GetFlag(FLAGS_tls_cert);
-  o.connection.tls_key = absl::GetFlag(FLAGS_tls_key);
-  o.connection.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
-  o.connection.token = absl::GetFlag(FLAGS_token);
-  if (o.connection.token.empty()) {
-    if (const char* t = std::getenv("ODESERVE_TOKEN")) o.connection.token = t;
-  }
+  o.connection = odeserve::client::ConnectionFromFlags();
   o.model = absl::GetFlag(FLAGS_model);
   o.compute.steps = absl::GetFlag(FLAGS_steps);
   o.compute.solver = absl::GetFlag(FLAGS_solver);
