@@ -102,14 +102,7 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
   ASSIGN_OR_RETURN(servable->profile, repository::LoadQualityProfile(servable->config, dir));
   const v1::ModelConfig& config = servable->config;
 
-  tokenizer::TokenizerOptions tok_options;
-  tok_options.add_bos = config.tokenizer().add_bos();
-  tok_options.add_eos = config.tokenizer().add_eos();
-  tok_options.hashed = config.tokenizer().input_kind() == v1::HASHED_NGRAMS;
-  tok_options.hash.dim = config.tokenizer().hash().dim();
-  tok_options.hash.seed = config.tokenizer().hash().seed();
-  tok_options.hash.orders.assign(config.tokenizer().hash().ngram_orders().begin(),
-                                 config.tokenizer().hash().ngram_orders().end());
+  const tokenizer::TokenizerOptions tok_options = repository::TokenizerOptionsFor(config);
   ASSIGN_OR_RETURN(servable->tokenizer,
                    tokenizer::Tokenizer::Load((dir / config.tokenizer().model_file()).string(), tok_options));
 

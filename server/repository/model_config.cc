@@ -236,6 +236,18 @@ absl::StatusOr<std::vector<fs::path>> ListModelFolders(const fs::path& root) {
   return folders;
 }
 
+tokenizer::TokenizerOptions TokenizerOptionsFor(const ModelConfig& config) {
+  const auto& t = config.tokenizer();
+  tokenizer::TokenizerOptions options;
+  options.add_bos = t.add_bos();
+  options.add_eos = t.add_eos();
+  options.hashed = t.input_kind() == v1::HASHED_NGRAMS;
+  options.hash.dim = t.hash().dim();
+  options.hash.seed = t.hash().seed();
+  options.hash.orders.assign(t.hash().ngram_orders().begin(), t.hash().ngram_orders().end());
+  return options;
+}
+
 int64_t FolderSizeBytes(const fs::path& dir) {
   int64_t total = 0;
   std::error_code ec;

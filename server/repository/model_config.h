@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "odeserve/v1/model_config.pb.h"
+#include "server/tokenizer/tokenizer.h"
 
 namespace odeserve::repository {
 
@@ -35,6 +36,9 @@ absl::StatusOr<v1::QualityProfile> LoadQualityProfile(const v1::ModelConfig& con
 /// Model folders (every non-hidden folder) directly under `root`, sorted by name.
 absl::StatusOr<std::vector<std::filesystem::path>> ListModelFolders(
     const std::filesystem::path& root);
+
+/// How the server tokenizes for this model (bos/eos, ids or hashed n-gram features).
+tokenizer::TokenizerOptions TokenizerOptionsFor(const v1::ModelConfig& config);
 
 /// Total size of the regular files in a folder.
 int64_t FolderSizeBytes(const std::filesystem::path& dir);

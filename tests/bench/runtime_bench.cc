@@ -39,14 +39,7 @@ Loaded& Model() {
       std::exit(2);
     }
     l->config = *config;
-    tokenizer::TokenizerOptions options;
-    options.add_bos = l->config.tokenizer().add_bos();
-    options.add_eos = l->config.tokenizer().add_eos();
-    options.hashed = l->config.tokenizer().input_kind() == v1::HASHED_NGRAMS;
-    options.hash.dim = l->config.tokenizer().hash().dim();
-    options.hash.seed = l->config.tokenizer().hash().seed();
-    options.hash.orders.assign(l->config.tokenizer().hash().ngram_orders().begin(),
-                               l->config.tokenizer().hash().ngram_orders().end());
+    const tokenizer::TokenizerOptions options = repository::TokenizerOptionsFor(l->config);
     l->tokenizer = *tokenizer::Tokenizer::Load((std::filesystem::path(g_model_dir) / l->config.tokenizer().model_file()).string(), options);
     l->model = *runtime::TorchModel::Load((std::filesystem::path(g_model_dir) / l->config.torchscript_file()).string(),
                                           torch::Device(torch::kCPU), l->config.trained_depth());

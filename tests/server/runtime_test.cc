@@ -71,14 +71,7 @@ std::unique_ptr<TinyModel> LoadTiny(const std::string& name) {
   EXPECT_TRUE(config.ok()) << config.status();
   if (!config.ok()) return nullptr;
   tiny->config = *config;
-  tokenizer::TokenizerOptions options;
-  options.add_bos = config->tokenizer().add_bos();
-  options.add_eos = config->tokenizer().add_eos();
-  options.hashed = config->tokenizer().input_kind() == v1::HASHED_NGRAMS;
-  options.hash.dim = config->tokenizer().hash().dim();
-  options.hash.seed = config->tokenizer().hash().seed();
-  options.hash.orders.assign(config->tokenizer().hash().ngram_orders().begin(),
-                             config->tokenizer().hash().ngram_orders().end());
+  const tokenizer::TokenizerOptions options = repository::TokenizerOptionsFor(*config);
   auto tokenizer = tokenizer::Tokenizer::Load((dir / config->tokenizer().model_file()).string(), options);
   EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
   if (!tokenizer.ok()) return nullptr;

@@ -204,18 +204,6 @@ const std::string kLongText =
     "Python bindings for the GNU scientific library with numerical routines for interpolation, "
     "integration, random numbers and special functions, plus documentation and examples.";
 
-TokenizerOptions OptionsFrom(const v1::ModelConfig& config) {
-  TokenizerOptions options;
-  options.add_bos = config.tokenizer().add_bos();
-  options.add_eos = config.tokenizer().add_eos();
-  options.hashed = config.tokenizer().input_kind() == v1::HASHED_NGRAMS;
-  options.hash.dim = config.tokenizer().hash().dim();
-  options.hash.seed = config.tokenizer().hash().seed();
-  options.hash.orders.assign(config.tokenizer().hash().ngram_orders().begin(),
-                             config.tokenizer().hash().ngram_orders().end());
-  return options;
-}
-
 std::string TokenizerPath(const std::string& model) {
   return (kRepository / model / "tokenizer.model").string();
 }
@@ -336,7 +324,7 @@ TEST(Tokenizer, TruncationKeepsFirstPiecesAndEndsWithEos) {
 TEST(Tokenizer, HashedFeaturesAreHashPieceOfEachPiece) {
   auto config = repository::LoadModelConfig(kRepository / "tiny-eelbert");
   ASSERT_TRUE(config.ok()) << config.status();
-  const TokenizerOptions options = OptionsFrom(*config);
+  const TokenizerOptions options = odeserve::repository::TokenizerOptionsFor(*config);
   ASSERT_TRUE(options.hashed);
   const int dim = options.hash.dim;
   ASSERT_EQ(dim, 16);
