@@ -151,7 +151,6 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
   sched.min_steps = config.steps().min();
   sched.max_steps = config.steps().max();
   sched.default_steps = config.steps().default_steps();
-  sched.trained_depth = config.trained_depth();
   sched.solvers.clear();
   for (int solver : config.solvers()) sched.solvers.push_back(ToSchedulerSolver(static_cast<v1::Solver>(solver)));
   sched.candidates = CandidatesFromProfile(config, servable->profile);

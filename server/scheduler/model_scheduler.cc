@@ -11,12 +11,6 @@
 namespace odeserve::scheduler {
 namespace {
 
-int64_t PaddedTokens(const std::vector<tokenizer::EncodedText>& rows) {
-  size_t longest = 0;
-  for (const auto& row : rows) longest = std::max(longest, row.ids.size());
-  return static_cast<int64_t>(longest * rows.size());
-}
-
 std::string Ms(absl::Duration d) { return absl::StrFormat("%.2fms", absl::ToDoubleMilliseconds(d)); }
 
 }  // namespace
@@ -292,18 +286,8 @@ void ModelScheduler::BatcherLoop() {
     std::vector<std::shared_ptr<Entry>> dropped;
     std::vector<Slice> batch = TakeBatchLocked(dropped);
     const int depth = queued_rows_;
-    if (!batch.empty()) {
-      int64_t rows = 0, tokens = 0, evaluations = 0;
-      size_t longest = 0;
-      for (const auto& slice : batch) {
-        const WorkItem& item = *slice.entry->item;
-        rows += static_cast<int64_t>(slice.end - slice.begin);
-        for (size_t r = slice.begin; r < slice.end; ++r) longest = std::max(longest, item.rows[r].ids.size());
-        evaluations = std::max<int64_t>(evaluations, item.steps * EvaluationsPerStep(item.solver));
-      }
-      tokens = rows * static_cast<int64_t>(longest);
-      running_until_ = absl::Now() + absl::Seconds(cost_model_.Predict(rows, tokens, tokens * evaluations));
-    }
+    const double predicted = batch.empty() ? 0 : PredictBatchSeconds(batch);
+    if (!batch.empty()) running_until_ = absl::Now() + absl::Seconds(predicted);
     lock.unlock();
     if (options_.observer) options_.observer->OnQueueDepth(depth);
     const absl::Time now = absl::Now();
@@ -317,7 +301,7 @@ void ModelScheduler::BatcherLoop() {
             options_.model_name, "'")));
       }
     }
-    if (!batch.empty()) RunBatch(std::move(batch));
+    if (!batch.empty()) RunBatch(std::move(batch), predicted);
     lock.lock();
     running_until_ = absl::InfinitePast();
   }
@@ -329,7 +313,20 @@ void ModelScheduler::Complete(Entry& entry, absl::StatusOr<WorkResult> result) {
   entry.item->done(std::move(result));
 }
 
-void ModelScheduler::RunBatch(std::vector<Slice> slices) {
+double ModelScheduler::PredictBatchSeconds(const std::vector<Slice>& slices) const {
+  int64_t rows = 0, evaluations = 0;
+  size_t longest = 0;
+  for (const auto& slice : slices) {
+    const WorkItem& item = *slice.entry->item;
+    rows += static_cast<int64_t>(slice.end - slice.begin);
+    for (size_t r = slice.begin; r < slice.end; ++r) longest = std::max(longest, item.rows[r].ids.size());
+    evaluations = std::max<int64_t>(evaluations, item.steps * EvaluationsPerStep(item.solver));
+  }
+  const int64_t tokens = rows * static_cast<int64_t>(longest);
+  return cost_model_.Predict(rows, tokens, tokens * evaluations);
+}
+
+void ModelScheduler::RunBatch(std::vector<Slice> slices, double predicted) {
   ExecBatch exec;
   exec.solver = slices.front().entry->item->solver;
   std::vector<std::pair<size_t, size_t>> owner;  // exec row -> (slice, row in its entry)
@@ -341,12 +338,6 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
     }
   }
   const int batch_rows = static_cast<int>(exec.rows.size());
-  int64_t longest = 0;
-  for (const auto& row : exec.rows) longest = std::max<int64_t>(longest, row.input->ids.size());
-  int max_evaluations = 0;
-  for (const auto& row : exec.rows) max_evaluations = std::max(max_evaluations, row.steps * EvaluationsPerStep(exec.solver));
-  const double predicted = cost_model_.Predict(batch_rows, batch_rows * longest,
-                                               batch_rows * longest * max_evaluations);
 
   const absl::Time started = absl::Now();
   for (auto& slice : slices) {

@@ -71,7 +71,6 @@ struct SchedulerOptions {
   int min_steps = 1;
   int max_steps = 1;
   int default_steps = 1;
-  int trained_depth = 1;
   std::vector<Solver> solvers{Solver::kEuler};
   /// Measured quality per (solver, steps); empty = Euler at every step count, quality = steps.
   std::vector<StepCandidate> candidates;
@@ -163,7 +162,9 @@ class ModelScheduler {
   void BatcherLoop();
   struct Slice;
   std::vector<Slice> TakeBatchLocked(std::vector<std::shared_ptr<Entry>>& dropped);
-  void RunBatch(std::vector<Slice> slices);
+  /// The cost model's prediction for a batch of these slices (the longest row pads all).
+  double PredictBatchSeconds(const std::vector<Slice>& slices) const;
+  void RunBatch(std::vector<Slice> slices, double predicted_seconds);
   void Complete(Entry& entry, absl::StatusOr<WorkResult> result);
   absl::Duration PredictCompute(int64_t rows, int64_t tokens, int steps, Solver solver) const;
 

@@ -196,7 +196,6 @@ SchedulerOptions Options() {
   options.min_steps = 1;
   options.max_steps = 8;
   options.default_steps = 4;
-  options.trained_depth = 4;
   options.solvers = {Solver::kEuler, Solver::kHeun, Solver::kRk4};
   return options;
 }
