@@ -24,7 +24,6 @@ absl::Duration FromProto(const google::protobuf::Duration& d) {
   return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
 }
 
-std::string Ms(absl::Duration d) { return absl::StrFormat("%.3gms", absl::ToDoubleMilliseconds(d)); }
 
 // Finds a READY model serving `task`, or the status the caller gets.
 absl::StatusOr<const Servable*> FindServable(const ModelManager& models, const std::string& name,
