@@ -6,7 +6,8 @@
 Randomly initialised tiny models (H=32, 2 heads, FFN 64, L=4, max_sequence_length 32) of the
 same family code as the real models, a SentencePiece tokenizer (vocab ~500) trained here from
 tests/fixtures/descriptions-sample.txt. No network, no large data, < 60 s on one core.
-Models: tiny-albert, tiny-sharebert, tiny-eelbert (EMBEDDING), tiny-classifier (CLASSIFICATION).
+Models: tiny-albert, tiny-sharebert, tiny-eelbert (EMBEDDING), tiny-classifier (CLASSIFICATION),
+tiny-translator (TRANSLATION: shared encoder + shared decoder, L=4 each).
 quality.pbtxt holds agreement with the L-step Euler output on the sample (not task quality).
 """
 import argparse
@@ -32,6 +33,7 @@ from odeserve_models.export import config_text, export_model, quality_text  # no
 from odeserve_models.hashing import PieceHasher  # noqa: E402
 from odeserve_models.solvers import run  # noqa: E402
 from odeserve_models.text import Tokenizer, train_sentencepiece  # noqa: E402
+from odeserve_models.translation import SharedTranslator, beam_search  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
 SAMPLE = os.path.join(ROOT, "tests", "fixtures", "descriptions-sample.txt")
@@ -75,6 +77,46 @@ def agreement_profile(model, tok, texts, task):
             pts.append(dict(solver=solver, steps=n, metric=metric, value=v,
                             dataset="descriptions-sample (random-init test model)"))
     return pts[0]["metric"], pts
+
+
+@torch.no_grad()
+def export_tiny_translator(out, spm_file, texts):
+    """Random-init translator; its EOS bias is set so that greedy outputs end at varied lengths
+    (some by EOS, some at max_output_tokens), which is what the server's search must handle."""
+    torch.manual_seed(1100)
+    tok = Tokenizer(spm_file, T)
+    sp = tok.sp
+    model = SharedTranslator(sp.get_piece_size(), hidden=H, heads=HEADS, ffn=FFN, encoder_depth=L,
+                             decoder_depth=L, max_len=T, pad_id=sp.pad_id(), bos_id=sp.bos_id(),
+                             eos_id=sp.eos_id()).eval()
+    for pn, p in model.named_parameters():  # a field strong enough that step counts matter
+        if pn.startswith(("e_w_", "d_w_")):
+            p.mul_(8.0)
+    x, mask = tok.batch(texts)
+    limits = [16] * len(texts)
+    for bias in [0.5 * i for i in range(40)]:
+        model.out_bias[sp.eos_id()] = bias
+        ended = sum(len(t) < 15 for t, _ in beam_search(model, x, mask, L, L, 1, limits))
+        if ended >= len(texts) // 3:
+            break
+    full = beam_search(model, x, mask, L, L, 1, limits)
+    pts = []
+    for n_enc in (1, 2, 4):
+        for n_dec in (1, 2, 4):
+            got = beam_search(model, x, mask, n_enc, n_dec, 1, limits)
+            same = sum(a[0] == b[0] for a, b in zip(got, full)) / len(texts)
+            pts.append(dict(solver="EULER", steps=n_enc, decoder_steps=n_dec, beam_size=1,
+                            metric="exact_match_with_full_depth", value=same,
+                            dataset="descriptions-sample (random-init test model)"))
+    cfg = config_text("tiny-translator", model, "TRANSLATION",
+                      "test model: shared encoder-decoder, random init", T, steps=(1, 8, 4),
+                      solvers=("EULER",), languages=["en", "de"], batching=BATCHING,
+                      max_inputs_per_request=32,
+                      translation=dict(decoder_trained_depth=L, decoder_steps=(1, 8, 4), max_output_tokens=T,
+                                       source_language="en", target_language="de",
+                                       expected_output_ratio=1.5, max_beam_size=4))
+    export_model(out, "tiny-translator", model, spm_file, cfg,
+                 quality_text("exact_match_with_full_depth", pts))
 
 
 def main():
@@ -125,9 +167,10 @@ def main():
                               hash_cfg=HASH if hasher else None, batching=BATCHING,
                               max_inputs_per_request=32)
             export_model(out, name, model, spm_file, cfg, quality_text(metric, pts))
+        export_tiny_translator(out, spm_file, eval_texts)
         if not args.no_verify:
             from odeserve_models.verify import verify_model_dir
-            for name, *_ in specs:
+            for name in [spec[0] for spec in specs] + ["tiny-translator"]:
                 msgs = verify_model_dir(os.path.join(out, name), eval_texts[:8],
                                         proto_root=os.path.join(ROOT, "proto"))
                 print(name, "; ".join(msgs))

@@ -24,8 +24,9 @@ def stanzas(path: str) -> Iterator[Dict[str, str]]:
         yield cur
 
 
-def split_description(raw: str) -> Tuple[str, str]:
-    """'short\\n long...' -> (short, long) with deb822 continuation lines unwrapped."""
+def description_paragraphs(raw: str) -> Tuple[str, List[str]]:
+    """'short\\n long...' -> (short, [paragraph, ...]), continuation lines unwrapped; a " ."
+    line separates paragraphs."""
     lines = raw.split("\n")
     short = lines[0].strip()
     paras: List[str] = []
@@ -39,6 +40,12 @@ def split_description(raw: str) -> Tuple[str, str]:
             cur.append(s)
     if cur:
         paras.append(" ".join(cur))
+    return short, [re.sub(r"\s+", " ", p).strip() for p in paras]
+
+
+def split_description(raw: str) -> Tuple[str, str]:
+    """'short\\n long...' -> (short, long) with deb822 continuation lines unwrapped."""
+    short, paras = description_paragraphs(raw)
     long = " ".join(paras)
     long = re.sub(r"\s+", " ", long).strip()
     return short, long
@@ -66,4 +73,15 @@ def read_translations(path: str, lang: str) -> Dict[str, Tuple[str, str]]:
         raw = st.get("Description-" + lang)
         if md5 and raw is not None and md5 not in out:
             out[md5] = split_description(raw)
+    return out
+
+
+def read_translation_paragraphs(path: str, lang: str) -> Dict[str, Tuple[str, List[str]]]:
+    """Description-md5 -> (short, [paragraph, ...])."""
+    out: Dict[str, Tuple[str, List[str]]] = {}
+    for st in stanzas(path):
+        md5 = st.get("Description-md5")
+        raw = st.get("Description-" + lang)
+        if md5 and raw is not None and md5 not in out:
+            out[md5] = description_paragraphs(raw)
     return out

@@ -17,7 +17,11 @@ def config_text(name: str, model: SharedEncoderBase, task: str, description: str
                 max_len: int, steps=(1, 8, 4), solvers=("EULER", "HEUN", "RK4"),
                 labels: Sequence[str] = (), languages: Sequence[str] = (),
                 hash_cfg: Optional[Dict] = None, batching: Optional[Dict] = None,
-                max_inputs_per_request: int = 64, version: str = "1") -> str:
+                max_inputs_per_request: int = 64, version: str = "1",
+                translation: Optional[Dict] = None) -> str:
+    """translation (task TRANSLATION): dict with decoder_trained_depth, decoder_steps (min, max,
+    default), max_output_tokens, source_language, target_language, expected_output_ratio,
+    max_beam_size."""
     b = batching or dict(max_batch_size=32, max_batch_tokens=4096, max_queue_delay_us=2000,
                          max_queue_size=512)
     L = []
@@ -49,15 +53,28 @@ def config_text(name: str, model: SharedEncoderBase, task: str, description: str
         L.append("labels: %s" % _q(lab))
     for lang in languages:
         L.append("languages: %s" % _q(lang))
-    L.append("embedding_dimension: %d" % (model.out_dim if task == "EMBEDDING" else model.hidden_size))
+    if task != "TRANSLATION":
+        L.append("embedding_dimension: %d" % (model.out_dim if task == "EMBEDDING" else model.hidden_size))
     L.append("hidden_size: %d" % model.hidden_size)
-    L.append("pooling: MEAN")
+    if task != "TRANSLATION":
+        L.append("pooling: MEAN")
     L.append("batching {")
     for k in ("max_batch_size", "max_batch_tokens", "max_queue_delay_us", "max_queue_size"):
         L.append("  %s: %d" % (k, b[k]))
     L.append("}")
     L.append("max_inputs_per_request: %d" % max_inputs_per_request)
     L.append('quality_profile_file: "quality.pbtxt"')
+    if translation:
+        t = translation
+        L.append("translation {")
+        L.append("  decoder_trained_depth: %d" % t["decoder_trained_depth"])
+        L.append("  decoder_steps { min: %d max: %d default_steps: %d }" % tuple(t["decoder_steps"]))
+        L.append("  max_output_tokens: %d" % t["max_output_tokens"])
+        L.append("  source_language: %s" % _q(t["source_language"]))
+        L.append("  target_language: %s" % _q(t["target_language"]))
+        L.append("  expected_output_ratio: %.4f" % t["expected_output_ratio"])
+        L.append("  max_beam_size: %d" % t["max_beam_size"])
+        L.append("}")
     L.append("parameters: %d" % count_parameters(model))
     return "\n".join(L) + "\n"
 
@@ -66,8 +83,11 @@ def quality_text(primary_metric: str, points: List[Dict]) -> str:
     """points: dicts with solver, steps, metric, value, dataset."""
     L = ["primary_metric: %s" % _q(primary_metric)]
     for p in points:
-        L.append("points { solver: %s steps: %d metric: %s value: %.6f dataset: %s }" % (
-            p["solver"], p["steps"], _q(p["metric"]), p["value"], _q(p["dataset"])))
+        extra = ""
+        if p.get("decoder_steps"):
+            extra = " decoder_steps: %d beam_size: %d" % (p["decoder_steps"], p.get("beam_size", 1))
+        L.append("points { solver: %s steps: %d metric: %s value: %.6f dataset: %s%s }" % (
+            p["solver"], p["steps"], _q(p["metric"]), p["value"], _q(p["dataset"]), extra))
     return "\n".join(L) + "\n"
 
 

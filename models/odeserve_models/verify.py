@@ -42,6 +42,8 @@ def load_model_dir(d: str):
 @torch.no_grad()
 def verify_model_dir(d: str, texts: List[str], tol: float = 1e-5, proto_root: str = "") -> List[str]:
     cfg, tok, m = load_model_dir(d)
+    if cfg["task"] == "TRANSLATION":
+        return verify_translator(d, cfg, tok, m, texts, tol, proto_root)
     msgs = []
     assert int(m.trained_depth) == cfg["trained_depth"], "trained_depth attribute != config"
     x, mask = tok.batch(texts)
@@ -68,6 +70,54 @@ def verify_model_dir(d: str, texts: List[str], tol: float = 1e-5, proto_root: st
     err4 = max((m.forward(*tok.batch([t])) - ref[i:i + 1]).abs().max().item() for i, t in enumerate(texts[:4]))
     assert err4 <= tol, "%s: row depends on batch (%g)" % (d, err4)
     msgs.append("padding-invariant (%.2g, %.2g)" % (err3, err4))
+    if proto_root:
+        from .export import validate_text_protos
+        msgs.append("protos parse" if validate_text_protos(d, proto_root) else "protos not checked (no protobuf)")
+    return msgs
+
+
+@torch.no_grad()
+def verify_translator(d, cfg, tok, m, texts, tol, proto_root) -> List[str]:
+    """Encoder: forward == stages, pads ignored. Decoder: the incremental path the server runs
+    (decoder_field with a KV cache per step index) equals the teacher-forced parallel
+    computation the model was trained with, at several step counts."""
+    from .translation import encode_memory
+    msgs = []
+    x, mask = tok.batch(texts)
+    ref = m.forward(x, mask)
+    err = (ref - encode_memory(m, x, mask, cfg["trained_depth"])).abs().max().item()
+    assert err <= tol, "%s: forward vs stages max abs diff %g" % (d, err)
+    x2, mask2 = tok.batch(texts, pad_to=cfg["max_len"])
+    x2[mask2 == 0] = 5
+    T = x.size(1)
+    err3 = (m.forward(x2, mask2)[:, :T] - ref).abs().max().item()
+    assert err3 <= tol, "%s: encoder output changes with padding (%g)" % (d, err3)
+    msgs.append("forward==stages (%.2g), padding-invariant (%.2g)" % (err, err3))
+    worst = 0.0
+    for n in (1, 2, int(m.decoder_depth)):
+        memory = encode_memory(m, x, mask, n)
+        ck, cv = m.cross_kv(memory)
+        tgt = torch.randint(4, 50, (x.size(0), 6))
+        tgt[:, 0] = int(m.bos_id)
+        B, Tt = tgt.shape
+        dt = float(m.decoder_depth) / n
+        g = m.decoder_input(tgt.reshape(-1), torch.arange(Tt).repeat(B)).view(B, Tt, -1)
+        causal = torch.full((Tt, Tt), -1e9).triu(1).view(1, 1, Tt, Tt)
+        bias = ((mask - 1.0) * 1e9).unsqueeze(1).unsqueeze(2)
+        for _ in range(n):
+            g = g + dt * m.decoder_field_parallel(g, causal, ck, cv, bias)
+        parallel = torch.stack([m.decoder_logits(g[:, t:t + 1]) for t in range(Tt)], 1)
+        empty = torch.zeros(B, int(m.num_heads), 0, int(m.head_dim))
+        caches = [(empty, empty)] * n
+        for t in range(Tt):
+            gi = m.decoder_input(tgt[:, t], torch.full((B,), t, dtype=torch.long))
+            for i in range(n):
+                f, k, v = m.decoder_field(gi, caches[i][0], caches[i][1], ck, cv, mask)
+                caches[i] = (k, v)
+                gi = gi + dt * f
+            worst = max(worst, (m.decoder_logits(gi) - parallel[:, t]).abs().max().item())
+    assert worst <= 1e-4, "%s: incremental decoding differs from teacher forcing (%g)" % (d, worst)
+    msgs.append("incremental==parallel decoder (%.2g)" % worst)
     if proto_root:
         from .export import validate_text_protos
         msgs.append("protos parse" if validate_text_protos(d, proto_root) else "protos not checked (no protobuf)")

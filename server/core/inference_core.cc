@@ -108,6 +108,31 @@ absl::Status ValidateCompute(const Servable& s, const v1::ComputeOptions& comput
   return absl::OkStatus();
 }
 
+// Translation-only fields: decoder steps, beams and output length within the model's limits.
+absl::Status ValidateDecode(const Servable& s, const v1::ComputeOptions& compute, int beam_size,
+                            int max_output_tokens) {
+  const std::string& name = s.config.name();
+  const auto& t = s.config.translation();
+  const auto& range = t.decoder_steps();
+  if (compute.decoder_steps() != 0 &&
+      (compute.decoder_steps() < range.min() || compute.decoder_steps() > range.max())) {
+    return absl::InvalidArgumentError(absl::StrCat("compute.decoder_steps ", compute.decoder_steps(),
+                                                   " is outside model '", name, "' range [", range.min(),
+                                                   ", ", range.max(), "]"));
+  }
+  if (beam_size < 0 || beam_size > t.max_beam_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("beam_size ", beam_size, " is outside [0, ",
+                                                   t.max_beam_size(), "] (model '", name,
+                                                   "' max_beam_size; 0 or 1 = greedy)"));
+  }
+  if (max_output_tokens < 0 || max_output_tokens > t.max_output_tokens()) {
+    return absl::InvalidArgumentError(absl::StrCat("max_output_tokens ", max_output_tokens,
+                                                   " is outside [0, ", t.max_output_tokens(), "] (model '",
+                                                   name, "' limit; 0 = from the input length)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<tokenizer::EncodedText>> Tokenize(
     const Servable& s, const google::protobuf::RepeatedPtrField<std::string>& inputs, bool truncate) {
   std::vector<tokenizer::EncodedText> rows;
@@ -190,12 +215,12 @@ Completion InferenceCore::Track(const std::string& model, const std::string& met
   };
 }
 
-void InferenceCore::RunEncoder(const CallContext& call, v1::Task task, const std::string& method,
-                               const std::string& model,
-                               const google::protobuf::RepeatedPtrField<std::string>& inputs,
-                               const v1::ComputeOptions& compute, bool truncate,
-                               std::function<void(const Servable&, std::vector<std::vector<float>>&)> fill,
-                               v1::ComputeReport* report, Completion done_untracked) {
+void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::string& method,
+                             const std::string& model,
+                             const google::protobuf::RepeatedPtrField<std::string>& inputs,
+                             const v1::ComputeOptions& compute, bool truncate, const DecodeRequest* decode,
+                             std::function<void(const Servable&, scheduler::WorkResult&)> fill,
+                             v1::ComputeReport* report, Completion done_untracked) {
   if (auto admission = Admission(); !admission.ok()) return done_untracked(admission);
   Completion done = Track(model, method, call.received, std::move(done_untracked));
   auto servable_or = FindServable(*models_, model, task, method);
@@ -203,6 +228,14 @@ void InferenceCore::RunEncoder(const CallContext& call, v1::Task task, const std
   const Servable& s = **servable_or;
   if (auto status = ValidateInputs(s, inputs); !status.ok()) return done(status);
   if (auto status = ValidateCompute(s, compute); !status.ok()) return done(status);
+  if (decode != nullptr) {
+    if (auto status = ValidateDecode(s, compute, decode->beam_size, decode->max_output_tokens); !status.ok()) {
+      return done(status);
+    }
+  } else if (compute.decoder_steps() != 0) {
+    return done(absl::InvalidArgumentError(absl::StrCat(
+        "compute.decoder_steps is only for translation models; model '", model, "' has no decoder")));
+  }
   auto rows_or = Tokenize(s, inputs, truncate);
   if (!rows_or.ok()) return done(rows_or.status());
 
@@ -231,6 +264,21 @@ void InferenceCore::RunEncoder(const CallContext& call, v1::Task task, const std
   plan_request.min_steps = compute.min_steps();
   plan_request.miss_policy = compute.on_budget_miss() == v1::REFUSE ? scheduler::MissPolicy::kRefuse
                                                                      : scheduler::MissPolicy::kServeFloor;
+  scheduler::DecodeSpec decode_spec;
+  if (decode != nullptr) {
+    const auto& t = s.config.translation();
+    decode_spec.beam_size = std::max(1, decode->beam_size);
+    decode_spec.max_output_tokens = decode->max_output_tokens;
+    // The decoder runs until the longest row stops: expect its measured output length.
+    const int longest_source = static_cast<int>(longest);
+    const int max_output = decode->max_output_tokens > 0
+                               ? decode->max_output_tokens
+                               : scheduler::DefaultMaxOutputTokens(longest_source, t.max_output_tokens());
+    plan_request.decoder_steps = compute.decoder_steps();
+    plan_request.beam_size = decode_spec.beam_size;
+    plan_request.expected_output_tokens = std::clamp(
+        static_cast<int>(std::ceil(t.expected_output_ratio() * std::max(1, longest_source - 2))) + 1, 1, max_output);
+  }
   auto plan_or = s.scheduler->MakePlan(plan_request);
   if (!plan_or.ok()) {
     s.metrics->ObserveBudget("refused");
@@ -238,6 +286,13 @@ void InferenceCore::RunEncoder(const CallContext& call, v1::Task task, const std
   }
   const scheduler::Plan plan = *plan_or;
 
+  if (decode != nullptr) {
+    decode_spec.decoder_steps = plan.decoder_steps;
+    report->set_decoder_steps(plan.decoder_steps);
+    report->set_decoder_step_size(
+        static_cast<float>(double(s.config.translation().decoder_trained_depth()) / plan.decoder_steps));
+    report->set_beam_size(decode_spec.beam_size);
+  }
   report->set_steps(plan.steps);
   report->set_solver(ToProtoSolver(plan.solver));
   report->set_step_size(static_cast<float>(double(s.config.trained_depth()) / plan.steps));
@@ -254,6 +309,8 @@ void InferenceCore::RunEncoder(const CallContext& call, v1::Task task, const std
   item->rows = *std::move(rows_or);
   item->steps = plan.steps;
   item->solver = plan.solver;
+  item->decode = decode_spec;
+  item->expected_output_tokens = plan_request.expected_output_tokens;
   item->deadline = call.deadline;
   if (budget) {
     item->latest_start = call.received + *budget - (plan.predicted_total - plan.predicted_queue);
@@ -265,7 +322,7 @@ void InferenceCore::RunEncoder(const CallContext& call, v1::Task task, const std
   item->done = [servable, report, received, budget, tokens, predicted, fill = std::move(fill),
                 done](absl::StatusOr<scheduler::WorkResult> result) mutable {
     if (!result.ok()) return done(result.status());
-    fill(*servable, result->outputs);
+    fill(*servable, *result);
     const absl::Duration total = absl::Now() - received;
     *report->mutable_queue_time() = ToProto(result->queue_time);
     *report->mutable_compute_time() = ToProto(result->compute_time);
@@ -286,14 +343,14 @@ void InferenceCore::Embed(const CallContext& call, const v1::EmbedRequest& reque
                           v1::EmbedResponse* response, Completion done) {
   response->set_model(request.model());
   const bool normalize = request.normalize();
-  auto fill = [response, normalize](const Servable&, std::vector<std::vector<float>>& outputs) {
-    for (auto& output : outputs) {
+  auto fill = [response, normalize](const Servable&, scheduler::WorkResult& result) {
+    for (auto& output : result.outputs) {
       if (normalize) L2Normalize(output);
       response->add_embeddings()->mutable_values()->Add(output.begin(), output.end());
     }
   };
-  RunEncoder(call, v1::EMBEDDING, "Embed", request.model(), request.inputs(), request.compute(),
-             request.truncate(), std::move(fill), response->mutable_report(), std::move(done));
+  RunModel(call, v1::EMBEDDING, "Embed", request.model(), request.inputs(), request.compute(),
+           request.truncate(), nullptr, std::move(fill), response->mutable_report(), std::move(done));
 }
 
 void InferenceCore::Classify(const CallContext& call, const v1::ClassifyRequest& request,
@@ -306,8 +363,8 @@ void InferenceCore::Classify(const CallContext& call, const v1::ClassifyRequest&
     return;
   }
   const int top_k = std::max(1, request.top_k());
-  auto fill = [response, top_k](const Servable& s, std::vector<std::vector<float>>& outputs) {
-    for (const auto& logits : outputs) {
+  auto fill = [response, top_k](const Servable& s, scheduler::WorkResult& result) {
+    for (const auto& logits : result.outputs) {
       auto* result = response->add_results();
       for (const auto& [score, index] : TopKSoftmax(logits, top_k)) {
         auto* label = result->add_labels();
@@ -316,18 +373,27 @@ void InferenceCore::Classify(const CallContext& call, const v1::ClassifyRequest&
       }
     }
   };
-  RunEncoder(call, v1::CLASSIFICATION, "Classify", request.model(), request.inputs(),
-             request.compute(), request.truncate(), std::move(fill), response->mutable_report(),
-             std::move(done));
+  RunModel(call, v1::CLASSIFICATION, "Classify", request.model(), request.inputs(),
+           request.compute(), request.truncate(), nullptr, std::move(fill), response->mutable_report(),
+           std::move(done));
 }
 
 void InferenceCore::Translate(const CallContext& call, const v1::TranslateRequest& request,
                               v1::TranslateResponse* response, Completion done) {
-  if (auto admission = Admission(); !admission.ok()) return done(admission);
-  Completion tracked = Track(request.model(), "Translate", call.received, std::move(done));
-  auto servable = FindServable(*models_, request.model(), v1::TRANSLATION, "Translate");
-  if (!servable.ok()) return tracked(servable.status());
-  tracked(absl::UnimplementedError("Translate is not implemented by this server version"));
+  response->set_model(request.model());
+  const DecodeRequest decode{request.beam_size(), request.max_output_tokens()};
+  auto fill = [response](const Servable& s, scheduler::WorkResult& result) {
+    int output_tokens = 0;
+    for (size_t i = 0; i < result.tokens.size(); ++i) {
+      const std::vector<int> ids(result.tokens[i].begin(), result.tokens[i].end());
+      output_tokens += static_cast<int>(ids.size());
+      response->add_translations(s.tokenizer->Decode(ids));
+      response->add_scores(result.scores[i]);
+    }
+    response->mutable_report()->set_output_tokens(output_tokens);
+  };
+  RunModel(call, v1::TRANSLATION, "Translate", request.model(), request.inputs(), request.compute(),
+           request.truncate(), &decode, std::move(fill), response->mutable_report(), std::move(done));
 }
 
 absl::Status InferenceCore::ListModels(const v1::ListModelsRequest&, v1::ListModelsResponse* response) {

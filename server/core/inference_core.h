@@ -45,12 +45,19 @@ class InferenceCore {
   int in_flight() const { return in_flight_.load(); }
 
  private:
-  struct EncoderCall;
-  void RunEncoder(const CallContext& call, v1::Task task, const std::string& method,
-                  const std::string& model, const google::protobuf::RepeatedPtrField<std::string>& inputs,
-                  const v1::ComputeOptions& compute, bool truncate,
-                  std::function<void(const Servable&, std::vector<std::vector<float>>&)> fill,
-                  v1::ComputeReport* report, Completion done);
+  /// Translation-only request fields (beam_size 0 = greedy, max_output_tokens 0 = default).
+  struct DecodeRequest {
+    int beam_size = 0;
+    int max_output_tokens = 0;
+  };
+  /// The pipeline shared by every model RPC: admission, validation, tokenization, step choice,
+  /// queueing; `fill` builds the response from the finished work. `decode` is set for
+  /// Translate only.
+  void RunModel(const CallContext& call, v1::Task task, const std::string& method,
+                const std::string& model, const google::protobuf::RepeatedPtrField<std::string>& inputs,
+                const v1::ComputeOptions& compute, bool truncate, const DecodeRequest* decode,
+                std::function<void(const Servable&, scheduler::WorkResult&)> fill,
+                v1::ComputeReport* report, Completion done);
   /// Wraps `done` so that the call is counted in metrics and in-flight exactly once.
   Completion Track(const std::string& model, const std::string& method, absl::Time received,
                    Completion done);

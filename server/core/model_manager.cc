@@ -8,6 +8,7 @@
 #include "server/common/status_macros.h"
 #include "server/repository/model_config.h"
 #include "server/runtime/torch_executor.h"
+#include "server/runtime/translation_executor.h"
 
 namespace odeserve::core {
 namespace fs = std::filesystem;
@@ -48,7 +49,14 @@ std::vector<scheduler::StepCandidate> CandidatesFromProfile(const v1::ModelConfi
   for (const auto& point : profile.points()) {
     if (!profile.primary_metric().empty() && point.metric() != profile.primary_metric()) continue;
     if (point.steps() < config.steps().min() || point.steps() > config.steps().max()) continue;
-    candidates.push_back({ToSchedulerSolver(point.solver()), point.steps(), point.value()});
+    if (config.task() == v1::TRANSLATION) {
+      // Step choice ranks greedy points (beam search multiplies the decoder's work, and a
+      // caller who asks for beams gets the same step trade-off).
+      const auto& range = config.translation().decoder_steps();
+      if (point.decoder_steps() < range.min() || point.decoder_steps() > range.max()) continue;
+      if (point.beam_size() > 1) continue;
+    }
+    candidates.push_back({ToSchedulerSolver(point.solver()), point.steps(), point.value(), point.decoder_steps()});
   }
   return candidates;
 }
@@ -108,9 +116,16 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
 
   ASSIGN_OR_RETURN(const torch::Device device, runtime::ParseDevice(options_.device));
   servable->device = device.str();
+  const bool translation = config.task() == v1::TRANSLATION;
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::TorchModel> model,
                    runtime::TorchModel::Load((dir / config.torchscript_file()).string(), device,
-                                             config.trained_depth()));
+                                             config.trained_depth(),
+                                             translation ? config.translation().decoder_trained_depth() : 0));
+  if (translation && model->decoder_positions() < config.translation().max_output_tokens()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        (dir / config.torchscript_file()).string(), ": the decoder has ", model->decoder_positions(),
+        " positions but config translation.max_output_tokens is ", config.translation().max_output_tokens()));
+  }
   servable->model = std::move(model);
   servable->size_bytes = repository::FolderSizeBytes(dir);
 
@@ -118,16 +133,22 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
   layout.hashed = tok_options.hashed;
   layout.feature_dim = tok_options.hash.dim;
   layout.pad_id = servable->tokenizer->pad_id();
-  auto executor = std::make_shared<runtime::TorchExecutor>(servable->model, layout);
+  std::shared_ptr<runtime::TorchExecutor> executor =
+      translation ? std::make_shared<runtime::TranslationExecutor>(servable->model, layout,
+                                                                   config.translation().max_output_tokens())
+                  : std::make_shared<runtime::TorchExecutor>(servable->model, layout);
 
   // Probe the module once: its output width must match what the config promises.
   const tokenizer::EncodedText probe = WarmupRow(*servable->tokenizer, std::min(8, config.max_sequence_length()));
   if (probe.ids.empty()) return absl::InvalidArgumentError(absl::StrCat(dir.string(), ": tokenizer produced no tokens for the probe text"));
   scheduler::ExecBatch probe_batch;
-  probe_batch.rows.push_back({&probe, 1});
+  const scheduler::DecodeSpec probe_decode{translation ? 1 : 0, 2, 2};
+  probe_batch.rows.push_back({&probe, 1, probe_decode});
   int width = -1;
   ASSIGN_OR_RETURN(auto probe_stats, executor->Run(probe_batch,
-      [&](size_t, absl::Span<const float> out) { width = static_cast<int>(out.size()); },
+      [&](size_t, const scheduler::RowOutput& out) {
+        width = static_cast<int>(translation ? out.tokens.size() : out.values.size());
+      },
       [](size_t) { return false; }));
   (void)probe_stats;
   const fs::path model_file = dir / config.torchscript_file();
@@ -140,7 +161,11 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
                                                    "-dim embeddings but config.pbtxt says embedding_dimension ",
                                                    config.embedding_dimension()));
   }
-  servable->output_width = width;
+  if (translation && (width < 0 || width > 2)) {
+    return absl::InvalidArgumentError(absl::StrCat(model_file.string(), ": a 2-token probe translation returned ",
+                                                   width, " tokens"));
+  }
+  servable->output_width = translation ? 0 : width;
 
   scheduler::SchedulerOptions sched;
   sched.model_name = config.name();
@@ -151,6 +176,11 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
   sched.min_steps = config.steps().min();
   sched.max_steps = config.steps().max();
   sched.default_steps = config.steps().default_steps();
+  if (translation) {
+    sched.min_decoder_steps = config.translation().decoder_steps().min();
+    sched.max_decoder_steps = config.translation().decoder_steps().max();
+    sched.default_decoder_steps = config.translation().decoder_steps().default_steps();
+  }
   sched.solvers.clear();
   for (int solver : config.solvers()) sched.solvers.push_back(ToSchedulerSolver(static_cast<v1::Solver>(solver)));
   sched.candidates = CandidatesFromProfile(config, servable->profile);
@@ -169,17 +199,25 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
       rows_long.push_back(WarmupRow(*servable->tokenizer, long_len));
     }
     const int depth = config.trained_depth();
-    struct Shape { int rows; bool long_rows; int steps; };
+    const int decoder_depth = translation ? config.translation().decoder_trained_depth() : 0;
+    // Translation shapes also vary decoder steps, beams and output length (the probe text
+    // never ends, so decoding runs to max_output_tokens).
+    struct Shape { int rows; bool long_rows; int steps; scheduler::DecodeSpec decode; };
     const int mid = std::max(1, max_batch / 4);
+    const auto dec = [&](int steps, int beam, int outputs) {
+      return translation ? scheduler::DecodeSpec{std::max(1, steps), beam, outputs} : scheduler::DecodeSpec{};
+    };
     const std::vector<Shape> shapes = {
-        {1, false, 1}, {1, false, 1},  // discarded below: first calls pay one-time costs
-        {1, false, 1}, {1, false, depth}, {1, true, 1}, {1, true, depth},
-        {mid, false, depth}, {mid, true, 1}, {max_batch, false, 1}, {max_batch, true, std::max(1, depth / 2)}};
+        {1, false, 1, dec(1, 1, 4)}, {1, false, 1, dec(1, 1, 4)},  // discarded: one-time costs
+        {1, false, 1, dec(1, 1, 8)}, {1, false, depth, dec(decoder_depth, 1, 16)},
+        {1, true, 1, dec(decoder_depth / 2, 4, 8)}, {1, true, depth, dec(1, 1, 16)},
+        {mid, false, depth, dec(decoder_depth, 4, 8)}, {mid, true, 1, dec(decoder_depth / 2, 1, 16)},
+        {max_batch, false, 1, dec(1, 1, 8)}, {max_batch, true, std::max(1, depth / 2), dec(decoder_depth, 1, 8)}};
     std::vector<scheduler::ExecBatch> warmup, calibration;
     for (size_t i = 0; i < shapes.size(); ++i) {
       scheduler::ExecBatch batch;
       const auto& rows = shapes[i].long_rows ? rows_long : rows_short;
-      for (int r = 0; r < shapes[i].rows; ++r) batch.rows.push_back({&rows[r], shapes[i].steps});
+      for (int r = 0; r < shapes[i].rows; ++r) batch.rows.push_back({&rows[r], shapes[i].steps, shapes[i].decode});
       (i < 2 ? warmup : calibration).push_back(std::move(batch));
     }
     // Every measured shape runs once unmeasured first: first calls of a shape pay allocator
@@ -246,10 +284,24 @@ v1::ModelInfo ModelManager::Describe(const ModelEntry& entry) {
   cost->set_per_row_seconds(snapshot.coefficients.per_row);
   cost->set_per_token_seconds(snapshot.coefficients.per_token);
   cost->set_per_token_evaluation_seconds(snapshot.coefficients.per_token_evaluation);
+  cost->set_per_decoder_call_seconds(snapshot.coefficients.per_decoder_call);
+  cost->set_per_decoder_row_evaluation_seconds(snapshot.coefficients.per_decoder_row_evaluation);
   cost->set_calibration_samples(snapshot.calibration_samples);
   cost->set_online_samples(snapshot.online_samples);
   cost->set_mean_abs_relative_error(snapshot.mean_abs_relative_error);
   cost->set_latency_inflation(s.scheduler->LatencyInflation());
+  if (c.task() == v1::TRANSLATION) {
+    const auto& t = c.translation();
+    auto* translation = info.mutable_translation();
+    translation->set_decoder_trained_depth(t.decoder_trained_depth());
+    translation->set_min_decoder_steps(t.decoder_steps().min());
+    translation->set_max_decoder_steps(t.decoder_steps().max());
+    translation->set_default_decoder_steps(t.decoder_steps().default_steps());
+    translation->set_max_output_tokens(t.max_output_tokens());
+    translation->set_max_beam_size(t.max_beam_size());
+    translation->set_source_language(t.source_language());
+    translation->set_target_language(t.target_language());
+  }
   info.set_parameters(c.parameters() > 0 ? c.parameters() : s.model->parameter_count());
   info.set_size_bytes(s.size_bytes);
   info.set_device(s.device);

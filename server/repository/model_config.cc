@@ -22,6 +22,7 @@ constexpr int kDefaultMaxBatchTokens = 8192;
 constexpr int64_t kDefaultMaxQueueDelayUs = 2000;
 constexpr int kDefaultMaxQueueSize = 1024;
 constexpr int kDefaultMaxInputsPerRequest = 64;
+constexpr int kDefaultMaxBeamSize = 8;
 constexpr int kMaxSequenceLengthLimit = 8192;
 constexpr int kMaxStepsLimit = 1024;
 
@@ -101,6 +102,9 @@ void ApplyDefaults(ModelConfig& config) {
   if (config.task() == v1::TRANSLATION) {
     auto* translation = config.mutable_translation();
     DefaultStepRange(*translation->mutable_decoder_steps(), translation->decoder_trained_depth());
+    if (translation->max_beam_size() == 0) translation->set_max_beam_size(kDefaultMaxBeamSize);
+    if (translation->max_output_tokens() == 0) translation->set_max_output_tokens(config.max_sequence_length());
+    if (translation->expected_output_ratio() == 0) translation->set_expected_output_ratio(1.0);
   }
   auto* batching = config.mutable_batching();
   if (batching->max_batch_size() == 0) batching->set_max_batch_size(kDefaultMaxBatchSize);
@@ -174,6 +178,18 @@ absl::Status ValidateModelConfig(const ModelConfig& config, const fs::path& mode
         return FieldError(file, "translation.decoder_trained_depth", "must be > 0 for TRANSLATION");
       }
       RETURN_IF_ERROR(CheckStepRange(file, "translation.decoder_steps", config.translation().decoder_steps()));
+      if (config.translation().max_beam_size() < 1 || config.translation().max_beam_size() > 64) {
+        return FieldError(file, "translation.max_beam_size",
+                          absl::StrCat("must be in [1, 64], got ", config.translation().max_beam_size()));
+      }
+      if (config.translation().max_output_tokens() < 2) {
+        return FieldError(file, "translation.max_output_tokens",
+                          absl::StrCat("must be >= 2, got ", config.translation().max_output_tokens()));
+      }
+      if (config.translation().expected_output_ratio() <= 0) {
+        return FieldError(file, "translation.expected_output_ratio",
+                          absl::StrCat("must be > 0, got ", config.translation().expected_output_ratio()));
+      }
       break;
     default:
       break;

@@ -4,7 +4,9 @@
 // scheduler the moment its steps are done; finished and abandoned rows leave the batch, and
 // the batch is re-trimmed to its longest remaining row.
 
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "server/runtime/torch_model.h"
 #include "server/scheduler/executor.h"
@@ -29,7 +31,16 @@ class TorchExecutor : public scheduler::BatchExecutor {
   std::pair<torch::Tensor, torch::Tensor> MakeInputs(
       const std::vector<scheduler::ExecRow>& rows) const;
 
- private:
+ protected:
+  /// Rows (indices into the batch) whose steps are done, with their states and masks.
+  using FinishedRowsFn = std::function<void(const std::vector<size_t>& rows,
+                                            const torch::Tensor& h, const torch::Tensor& mask)>;
+  /// Input stage, then every row's own number of solver steps; finished rows are handed to
+  /// `on_finished`, abandoned ones just leave. Fills the encoder fields of `stats`. Throws
+  /// c10::Error; callers hold InferenceMode and catch.
+  void Integrate(const scheduler::ExecBatch& batch, const scheduler::RowAbandonedFn& abandoned,
+                 scheduler::ExecStats& stats, const FinishedRowsFn& on_finished);
+
   std::shared_ptr<TorchModel> model_;
   InputLayout layout_;
 };

@@ -11,6 +11,9 @@ namespace {
 
 constexpr const char* kRequiredMethods[] = {"input_stage", "vector_field", "output_stage",
                                             "forward"};
+constexpr const char* kDecoderMethods[] = {"cross_kv", "decoder_input", "decoder_field",
+                                           "decoder_logits"};
+constexpr const char* kDecoderAttributes[] = {"decoder_depth", "max_len", "bos_id", "eos_id"};
 
 }  // namespace
 
@@ -47,7 +50,8 @@ TorchModel::TorchModel(torch::jit::Module module, torch::Device device, int trai
 
 absl::StatusOr<std::unique_ptr<TorchModel>> TorchModel::Load(const std::string& path,
                                                              const torch::Device& device,
-                                                             int expected_trained_depth) {
+                                                             int expected_trained_depth,
+                                                             int expected_decoder_depth) {
   try {
     c10::InferenceMode guard;
     torch::jit::Module module = torch::jit::load(path, device);
@@ -67,8 +71,40 @@ absl::StatusOr<std::unique_ptr<TorchModel>> TorchModel::Load(const std::string& 
                                                      " differs from config trained_depth ",
                                                      expected_trained_depth));
     }
+    if (expected_decoder_depth > 0) {
+      for (const char* method : kDecoderMethods) {
+        if (!module.find_method(method)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              path, ": TRANSLATION module lacks decoder method '", method, "()'"));
+        }
+      }
+      for (const char* attribute : kDecoderAttributes) {
+        if (!module.hasattr(attribute)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(path, ": TRANSLATION module lacks attribute '", attribute, "'"));
+        }
+      }
+      const int64_t decoder_depth = module.attr("decoder_depth").toInt();
+      if (decoder_depth != expected_decoder_depth) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": module decoder_depth ", decoder_depth,
+            " differs from config translation.decoder_trained_depth ", expected_decoder_depth));
+      }
+    }
     if (module.find_method("prepare")) module.get_method("prepare")(std::vector<c10::IValue>{});
-    return std::unique_ptr<TorchModel>(new TorchModel(std::move(module), device, depth));
+    std::unique_ptr<TorchModel> model(new TorchModel(std::move(module), device, depth));
+    if (expected_decoder_depth > 0) {
+      torch::jit::Module& m = model->module_;
+      model->cross_kv_ = m.get_method("cross_kv");
+      model->decoder_input_ = m.get_method("decoder_input");
+      model->decoder_field_ = m.get_method("decoder_field");
+      model->decoder_logits_ = m.get_method("decoder_logits");
+      model->decoder_depth_ = expected_decoder_depth;
+      model->decoder_positions_ = static_cast<int>(m.attr("max_len").toInt());
+      model->bos_id_ = m.attr("bos_id").toInt();
+      model->eos_id_ = m.attr("eos_id").toInt();
+    }
+    return model;
   } catch (const c10::Error& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": cannot load TorchScript module: ", e.what_without_backtrace()));
@@ -85,6 +121,23 @@ torch::Tensor TorchModel::VectorFieldUnchecked(const torch::Tensor& h, const tor
 }
 torch::Tensor TorchModel::OutputStageUnchecked(const torch::Tensor& h, const torch::Tensor& mask) {
   return output_stage_({h, mask}).toTensor();
+}
+
+std::pair<torch::Tensor, torch::Tensor> TorchModel::CrossKvUnchecked(const torch::Tensor& memory) {
+  const auto kv = (*cross_kv_)({memory}).toTuple();
+  return {kv->elements()[0].toTensor(), kv->elements()[1].toTensor()};
+}
+torch::Tensor TorchModel::DecoderInputUnchecked(const torch::Tensor& tokens, const torch::Tensor& positions) {
+  return (*decoder_input_)({tokens, positions}).toTensor();
+}
+TorchModel::DecoderFieldResult TorchModel::DecoderFieldUnchecked(
+    const torch::Tensor& g, const torch::Tensor& cache_k, const torch::Tensor& cache_v,
+    const torch::Tensor& cross_k, const torch::Tensor& cross_v, const torch::Tensor& memory_mask) {
+  const auto out = (*decoder_field_)({g, cache_k, cache_v, cross_k, cross_v, memory_mask}).toTuple();
+  return {out->elements()[0].toTensor(), out->elements()[1].toTensor(), out->elements()[2].toTensor()};
+}
+torch::Tensor TorchModel::DecoderLogitsUnchecked(const torch::Tensor& g) {
+  return (*decoder_logits_)({g}).toTensor();
 }
 
 absl::StatusOr<torch::Tensor> TorchModel::Call(const char* method, const torch::Tensor& a,

@@ -3,7 +3,9 @@
 // call is made under InferenceMode and inside a try/catch: no c10::Error leaves this class.
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include <torch/script.h>
 
@@ -16,11 +18,13 @@ absl::StatusOr<torch::Device> ParseDevice(const std::string& spec);
 
 class TorchModel {
  public:
-  /// Loads `path` onto `device`, checks the contract's methods and `trained_depth`, then calls
-  /// `prepare()` once if the module has it.
+  /// Loads `path` onto `device`, checks the contract's methods and `trained_depth` (and, when
+  /// `expected_decoder_depth` > 0, the translation decoder's methods and `decoder_depth`), then
+  /// calls `prepare()` once if the module has it.
   static absl::StatusOr<std::unique_ptr<TorchModel>> Load(const std::string& path,
                                                           const torch::Device& device,
-                                                          int expected_trained_depth);
+                                                          int expected_trained_depth,
+                                                          int expected_decoder_depth = 0);
 
   absl::StatusOr<torch::Tensor> InputStage(const torch::Tensor& x, const torch::Tensor& mask);
   absl::StatusOr<torch::Tensor> VectorField(const torch::Tensor& h, const torch::Tensor& mask);
@@ -32,6 +36,23 @@ class TorchModel {
   torch::Tensor VectorFieldUnchecked(const torch::Tensor& h, const torch::Tensor& mask);
   torch::Tensor InputStageUnchecked(const torch::Tensor& x, const torch::Tensor& mask);
   torch::Tensor OutputStageUnchecked(const torch::Tensor& h, const torch::Tensor& mask);
+
+  // Translation decoder (docs/MODEL_CONTRACT.md, "Translation"); only when has_decoder().
+  struct DecoderFieldResult {
+    torch::Tensor field, cache_k, cache_v;
+  };
+  std::pair<torch::Tensor, torch::Tensor> CrossKvUnchecked(const torch::Tensor& memory);
+  torch::Tensor DecoderInputUnchecked(const torch::Tensor& tokens, const torch::Tensor& positions);
+  DecoderFieldResult DecoderFieldUnchecked(const torch::Tensor& g, const torch::Tensor& cache_k,
+                                           const torch::Tensor& cache_v, const torch::Tensor& cross_k,
+                                           const torch::Tensor& cross_v, const torch::Tensor& memory_mask);
+  torch::Tensor DecoderLogitsUnchecked(const torch::Tensor& g);
+
+  bool has_decoder() const { return decoder_depth_ > 0; }
+  int decoder_depth() const { return decoder_depth_; }
+  int decoder_positions() const { return decoder_positions_; }  // the decoder's position table
+  int64_t bos_id() const { return bos_id_; }
+  int64_t eos_id() const { return eos_id_; }
 
   int trained_depth() const { return trained_depth_; }
   int64_t parameter_count() const { return parameter_count_; }
@@ -46,8 +67,13 @@ class TorchModel {
   torch::jit::Method input_stage_;
   torch::jit::Method vector_field_;
   torch::jit::Method output_stage_;
+  std::optional<torch::jit::Method> cross_kv_, decoder_input_, decoder_field_, decoder_logits_;
   torch::Device device_;
   int trained_depth_;
+  int decoder_depth_ = 0;
+  int decoder_positions_ = 0;
+  int64_t bos_id_ = -1;
+  int64_t eos_id_ = -1;
   int64_t parameter_count_ = 0;
 };
 

@@ -1,7 +1,10 @@
 #pragma once
-// Predicts a batch's compute time from its shape, linear in four features:
+// Predicts a batch's compute time from its shape, linear in six features:
 //   seconds = fixed + per_row * rows + per_token * padded_tokens
-//             + per_token_evaluation * padded_tokens * field_evaluations.
+//             + per_token_evaluation * padded_tokens * field_evaluations
+//             + per_decoder_call * decoder_calls + per_decoder_row_evaluation * decoder_rows
+// (the decoder terms are zero for encoder-only models; a translation's decoder pays a fixed
+// cost per field call, whatever the number of hypotheses, plus a cost per hypothesis row).
 // Fitted by least squares to a warm-up at load, refitted online from every measured batch
 // (calibration samples are kept, recent online samples replace older ones), so drift in the
 // machine's speed is followed without forgetting the shape of the curve.
@@ -14,18 +17,31 @@
 
 namespace odeserve::scheduler {
 
-struct CostSample {
+/// The work in a batch, as the cost model sees it.
+struct CostShape {
+  int64_t batches = 1;
   int64_t rows = 0;
   int64_t padded_tokens = 0;
   int64_t token_evaluations = 0;
+  int64_t decoder_calls = 0;
+  int64_t decoder_row_evaluations = 0;
+};
+
+struct CostSample {
+  CostShape shape;
   double seconds = 0;
 };
+
+constexpr int kCostFeatures = 6;
+using CostFeatures = std::array<double, kCostFeatures>;
 
 struct CostCoefficients {
   double fixed = 0;
   double per_row = 0;
   double per_token = 0;
   double per_token_evaluation = 0;
+  double per_decoder_call = 0;
+  double per_decoder_row_evaluation = 0;
 };
 
 struct CostModelSnapshot {
@@ -43,17 +59,13 @@ class CostModel {
   void Calibrate(const std::vector<CostSample>& samples);
   /// Adds one measured batch; returns its relative prediction error |pred - actual| / actual.
   double Observe(const CostSample& sample);
-  /// Predicted seconds for a batch of this shape.
-  double Predict(int64_t rows, int64_t padded_tokens, int64_t token_evaluations) const;
-  /// Predicted seconds for `batches` batches holding these totals together.
-  double PredictBatches(int64_t batches, int64_t rows, int64_t padded_tokens,
-                        int64_t token_evaluations) const;
+  /// Predicted seconds for `shape.batches` batches holding these totals together.
+  double Predict(const CostShape& shape) const;
   CostModelSnapshot Snapshot() const;
 
  private:
   void RefitLocked();
-  double PredictLocked(const CostCoefficients& c, int64_t batches, int64_t rows, int64_t tokens,
-                       int64_t token_evaluations) const;
+  double PredictLocked(const CostShape& shape) const;
 
   const size_t online_window_;
   mutable std::mutex mutex_;
@@ -65,9 +77,8 @@ class CostModel {
 };
 
 /// Solves min ||A x - y||^2 with x >= 0 over the given feature columns by active-set
-/// elimination of negative coefficients (a tiny NNLS for 4 unknowns). Exposed for tests.
-std::array<double, 4> FitNonNegative(const std::vector<std::array<double, 4>>& features,
-                                     const std::vector<double>& targets,
-                                     const std::vector<double>& weights);
+/// elimination of negative coefficients (a tiny NNLS for 6 unknowns). Exposed for tests.
+CostFeatures FitNonNegative(const std::vector<CostFeatures>& features,
+                            const std::vector<double>& targets, const std::vector<double>& weights);
 
 }  // namespace odeserve::scheduler

@@ -1,5 +1,7 @@
 #include "server/scheduler/executor.h"
 
+#include <algorithm>
+
 namespace odeserve::scheduler {
 
 int EvaluationsPerStep(Solver solver) {
@@ -18,6 +20,10 @@ const char* SolverName(Solver solver) {
     case Solver::kRk4: return "RK4";
   }
   return "EULER";
+}
+
+int DefaultMaxOutputTokens(int input_tokens, int model_limit) {
+  return std::clamp(2 * input_tokens + 8, 2, model_limit);
 }
 
 }  // namespace odeserve::scheduler

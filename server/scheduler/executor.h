@@ -19,9 +19,21 @@ enum class Solver { kEuler = 1, kHeun = 2, kRk4 = 3 };
 int EvaluationsPerStep(Solver solver);
 const char* SolverName(Solver solver);
 
+/// Translation only: how a row is decoded once its encoder steps are done.
+struct DecodeSpec {
+  int decoder_steps = 0;      // 0: not a translation row
+  int beam_size = 1;          // 1 = greedy
+  int max_output_tokens = 0;  // tokens the decoder may generate, EOS included
+};
+
+/// The output length the server allows when a call does not set one: twice the input tokens
+/// plus a little (German runs ~1.5x the English token count here), within the model's limit.
+int DefaultMaxOutputTokens(int input_tokens, int model_limit);
+
 struct ExecRow {
   const tokenizer::EncodedText* input = nullptr;  // owned by the caller for the whole run
   int steps = 1;
+  DecodeSpec decode;
 };
 
 struct ExecBatch {
@@ -34,11 +46,21 @@ struct ExecStats {
   int64_t padded_tokens = 0;       // rows x longest row at the start
   int64_t token_evaluations = 0;   // sum over field evaluations of the active padded tokens
   int iterations = 0;              // solver steps of the longest-running row
+  int64_t decoder_calls = 0;       // decoder field calls (positions x decoder steps, per group)
+  int64_t decoder_row_evaluations = 0;  // hypothesis rows summed over those calls
   double seconds = 0;              // wall time of the whole run
 };
 
-/// Called once per finished row with its output (embedding or logits).
-using RowDoneFn = std::function<void(size_t row, absl::Span<const float> output)>;
+/// A finished row: `values` (embedding or logits) for encoders; `tokens` (without BOS/EOS)
+/// and `score` (length-normalized log-probability) for translations.
+struct RowOutput {
+  absl::Span<const float> values;
+  absl::Span<const int32_t> tokens;
+  float score = 0;
+};
+
+/// Called once per finished row with its output.
+using RowDoneFn = std::function<void(size_t row, const RowOutput& output)>;
 /// Polled at each step boundary; a row for which it returns true leaves the batch unfinished.
 using RowAbandonedFn = std::function<bool(size_t row)>;
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <future>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -12,6 +13,41 @@ namespace odeserve::scheduler {
 namespace {
 
 std::string Ms(absl::Duration d) { return absl::StrFormat("%.2fms", absl::ToDoubleMilliseconds(d)); }
+
+CostSample SampleOf(int64_t rows, const ExecStats& stats) {
+  CostSample sample;
+  sample.shape.rows = rows;
+  sample.shape.padded_tokens = stats.padded_tokens;
+  sample.shape.token_evaluations = stats.token_evaluations;
+  sample.shape.decoder_calls = stats.decoder_calls;
+  sample.shape.decoder_row_evaluations = stats.decoder_row_evaluations;
+  sample.seconds = stats.seconds;
+  return sample;
+}
+
+// a += sign * b, over the work counters (not `batches`).
+void Accumulate(CostShape& a, const CostShape& b, int sign) {
+  a.rows += sign * b.rows;
+  a.padded_tokens += sign * b.padded_tokens;
+  a.token_evaluations += sign * b.token_evaluations;
+  a.decoder_calls += sign * b.decoder_calls;
+  a.decoder_row_evaluations += sign * b.decoder_row_evaluations;
+}
+
+// The work of `rows` rows padded to `longest` tokens, run with these choices.
+CostShape Work(int64_t rows, int64_t longest, int steps, Solver solver, int decoder_steps,
+               int beam_size, int expected_output_tokens) {
+  CostShape w;
+  w.rows = rows;
+  w.padded_tokens = rows * longest;
+  w.token_evaluations = w.padded_tokens * steps * EvaluationsPerStep(solver);
+  if (decoder_steps > 0 && rows > 0) {
+    // Every position runs decoder_steps field calls over all of the call's hypotheses.
+    w.decoder_calls = int64_t{expected_output_tokens} * decoder_steps;
+    w.decoder_row_evaluations = w.decoder_calls * rows * beam_size;
+  }
+  return w;
+}
 
 }  // namespace
 
@@ -43,10 +79,15 @@ struct ModelScheduler::Entry {
   absl::Time first_start = absl::InfinitePast();
   int first_batch_rows = 0;
 
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<float> scores;
+
   size_t remaining_rows() const { return item->rows.size() - next_row; }
-  int64_t remaining_tokens() const { return static_cast<int64_t>(longest * remaining_rows()); }
-  int64_t remaining_token_evaluations() const {
-    return remaining_tokens() * item->steps * EvaluationsPerStep(item->solver);
+  /// The work of its rows still queued, as the cost model counts it.
+  CostShape remaining_work() const {
+    return Work(static_cast<int64_t>(remaining_rows()), static_cast<int64_t>(longest), item->steps,
+                item->solver, item->decode.decoder_steps, item->decode.beam_size,
+                item->expected_output_tokens);
   }
 };
 
@@ -75,23 +116,24 @@ void ModelScheduler::Stop() {
 
 int ModelScheduler::queued_rows() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return queued_rows_;
+  return static_cast<int>(queued_.rows);
 }
 
-absl::Duration ModelScheduler::PredictCompute(int64_t rows, int64_t tokens, int steps,
-                                              Solver solver) const {
-  const int64_t evaluations = int64_t{steps} * EvaluationsPerStep(solver);
-  return absl::Seconds(cost_model_.Predict(rows, tokens, tokens * evaluations));
+absl::Duration ModelScheduler::PredictCompute(const PlanRequest& request, int steps, Solver solver,
+                                              int decoder_steps) const {
+  const int64_t longest = request.padded_tokens / std::max(1, request.rows);
+  return absl::Seconds(cost_model_.Predict(Work(request.rows, longest, steps, solver, decoder_steps,
+                                                request.beam_size, request.expected_output_tokens)));
 }
 
 absl::Duration ModelScheduler::EstimateQueueDelay() const {
   std::lock_guard<std::mutex> lock(mutex_);
   const absl::Time now = absl::Now();
   absl::Duration wait = std::max(absl::ZeroDuration(), running_until_ - now);
-  if (queued_rows_ > 0) {
-    const int64_t batches = (queued_rows_ + options_.max_batch_size - 1) / options_.max_batch_size;
-    wait += absl::Seconds(cost_model_.PredictBatches(batches, queued_rows_, queued_tokens_,
-                                                      queued_token_evaluations_));
+  if (queued_.rows > 0) {
+    CostShape queued = queued_;
+    queued.batches = (queued_.rows + options_.max_batch_size - 1) / options_.max_batch_size;
+    wait += absl::Seconds(cost_model_.Predict(queued));
   }
   // A batch that does not fill waits this long for company before it starts.
   return wait + options_.max_queue_delay;
@@ -101,56 +143,86 @@ absl::StatusOr<Plan> ModelScheduler::MakePlan(const PlanRequest& request) const 
   Plan plan;
   plan.predicted_queue = EstimateQueueDelay();
   const Solver default_solver = request.solver.value_or(Solver::kEuler);
-  auto finish = [&](int steps, Solver solver, StepChoiceKind choice) {
+  const bool decodes = options_.max_decoder_steps > 0;
+  auto finish = [&](int steps, Solver solver, int decoder_steps, StepChoiceKind choice) {
     plan.steps = steps;
     plan.solver = solver;
+    plan.decoder_steps = decoder_steps;
     plan.choice = choice;
-    plan.predicted_total =
-        plan.predicted_queue + PredictCompute(request.rows, request.padded_tokens, steps, solver);
+    plan.predicted_total = plan.predicted_queue + PredictCompute(request, steps, solver, decoder_steps);
     return plan;
   };
-  if (request.steps > 0) return finish(request.steps, default_solver, StepChoiceKind::kRequested);
+  // Translation: an explicit decoder step count is kept; the encoder's follows the same rules.
+  const int fixed_decoder = decodes ? request.decoder_steps : 0;
+  const bool fully_requested = request.steps > 0 && (!decodes || fixed_decoder > 0);
+  if (fully_requested || (request.steps > 0 && !request.budget.has_value())) {
+    return finish(request.steps, default_solver, fixed_decoder > 0 ? fixed_decoder : options_.default_decoder_steps,
+                  StepChoiceKind::kRequested);
+  }
   if (!request.budget.has_value()) {
-    return finish(options_.default_steps, default_solver, StepChoiceKind::kModelDefault);
+    return finish(options_.default_steps, default_solver,
+                  fixed_decoder > 0 ? fixed_decoder : options_.default_decoder_steps,
+                  fixed_decoder > 0 ? StepChoiceKind::kRequested : StepChoiceKind::kModelDefault);
   }
 
   const int floor = std::max(options_.min_steps, request.min_steps);
+  auto decoder_ok = [&](int decoder_steps) {
+    if (!decodes) return true;
+    if (fixed_decoder > 0) return decoder_steps == fixed_decoder;
+    return decoder_steps >= std::max(options_.min_decoder_steps, request.min_steps) &&
+           decoder_steps <= options_.max_decoder_steps;
+  };
+  auto encoder_ok = [&](int steps) {
+    return request.steps > 0 ? steps == request.steps : steps >= floor && steps <= options_.max_steps;
+  };
   std::vector<StepCandidate> candidates;
   for (const auto& c : options_.candidates) {
     const bool solver_ok = !request.solver.has_value() || c.solver == *request.solver;
     const bool allowed = std::find(options_.solvers.begin(), options_.solvers.end(), c.solver) !=
                          options_.solvers.end();
-    if (solver_ok && allowed && c.steps >= floor && c.steps <= options_.max_steps) {
-      candidates.push_back(c);
-    }
+    if (solver_ok && allowed && encoder_ok(c.steps) && decoder_ok(c.decoder_steps)) candidates.push_back(c);
   }
   if (candidates.empty()) {  // no measured profile in range: assume quality grows with steps
     for (int steps = floor; steps <= options_.max_steps; ++steps) {
-      candidates.push_back({default_solver, steps, static_cast<double>(steps)});
+      if (!encoder_ok(steps)) continue;
+      if (!decodes) {
+        candidates.push_back({default_solver, steps, static_cast<double>(steps), 0});
+        continue;
+      }
+      for (int d = options_.min_decoder_steps; d <= options_.max_decoder_steps; ++d) {
+        if (decoder_ok(d)) candidates.push_back({default_solver, steps, static_cast<double>(steps + d), d});
+      }
     }
+  }
+  if (candidates.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no allowed step choice for model '", options_.model_name, "': compute.min_steps ",
+        request.min_steps, " is above the model's step range"));
   }
   const absl::Duration budget = *request.budget;
   const double inflation = LatencyInflation();
   const StepCandidate* best = nullptr;
   const StepCandidate* cheapest = nullptr;
-  auto evaluations = [](const StepCandidate& c) { return c.steps * EvaluationsPerStep(c.solver); };
+  auto compute = [&](const StepCandidate& c) { return PredictCompute(request, c.steps, c.solver, c.decoder_steps); };
   for (const auto& c : candidates) {
-    if (cheapest == nullptr || evaluations(c) < evaluations(*cheapest)) cheapest = &c;
-    const absl::Duration total =
-        plan.predicted_queue + PredictCompute(request.rows, request.padded_tokens, c.steps, c.solver);
+    if (cheapest == nullptr || compute(c) < compute(*cheapest)) cheapest = &c;
+    const absl::Duration total = plan.predicted_queue + compute(c);
     if (total * inflation > budget) continue;
     if (best == nullptr || c.quality > best->quality ||
-        (c.quality == best->quality && evaluations(c) < evaluations(*best))) {
+        (c.quality == best->quality && compute(c) < compute(*best))) {
       best = &c;
     }
   }
-  if (best != nullptr) return finish(best->steps, best->solver, StepChoiceKind::kBudget);
+  if (best != nullptr) return finish(best->steps, best->solver, best->decoder_steps, StepChoiceKind::kBudget);
 
-  const Plan floor_plan = finish(cheapest->steps, cheapest->solver, StepChoiceKind::kBudgetFloor);
+  const Plan floor_plan =
+      finish(cheapest->steps, cheapest->solver, cheapest->decoder_steps, StepChoiceKind::kBudgetFloor);
   if (request.miss_policy == MissPolicy::kRefuse) {
     return absl::DeadlineExceededError(absl::StrCat(
         "latency budget ", Ms(budget), " cannot be met: the cheapest allowed choice (",
-        SolverName(cheapest->solver), ", ", cheapest->steps, " steps) is predicted to take ",
+        SolverName(cheapest->solver), ", ", cheapest->steps, " steps",
+        decodes ? absl::StrCat(", ", cheapest->decoder_steps, " decoder steps") : std::string(),
+        ") is predicted to take ",
         Ms(floor_plan.predicted_total), " including ", Ms(plan.predicted_queue),
         " of queueing (x", absl::StrFormat("%.2f", inflation),
         " safety factor from recent calls); refused without computing (on_budget_miss=REFUSE)"));
@@ -183,21 +255,23 @@ absl::Status ModelScheduler::Submit(std::unique_ptr<WorkItem> item) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return absl::UnavailableError(absl::StrCat("model '", options_.model_name, "' is shutting down"));
-    if (queued_rows_ + rows > options_.max_queue_size) {
+    if (queued_.rows + rows > options_.max_queue_size) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "model '", options_.model_name, "' is overloaded: ", queued_rows_,
+          "model '", options_.model_name, "' is overloaded: ", queued_.rows,
           " inputs queued, max_queue_size ", options_.max_queue_size, "; retry with backoff"));
     }
     auto entry = std::make_shared<Entry>();
     entry->enqueued = absl::Now();
     for (const auto& row : item->rows) entry->longest = std::max(entry->longest, row.ids.size());
     entry->outputs.resize(item->rows.size());
+    if (item->decode.decoder_steps > 0) {
+      entry->tokens.resize(item->rows.size());
+      entry->scores.resize(item->rows.size());
+    }
     entry->item = std::move(item);
-    queued_rows_ += rows;
-    queued_tokens_ += entry->remaining_tokens();
-    queued_token_evaluations_ += entry->remaining_token_evaluations();
+    Accumulate(queued_, entry->remaining_work(), +1);
     queue_.push_back(std::move(entry));
-    depth = queued_rows_;
+    depth = static_cast<int>(queued_.rows);
   }
   cv_.notify_one();
   if (options_.observer) options_.observer->OnQueueDepth(depth);
@@ -216,9 +290,7 @@ std::vector<ModelScheduler::Slice> ModelScheduler::TakeBatchLocked(
     const WorkItem& item = *entry.item;
     const bool gone = entry.completed || (item.cancelled && item.cancelled()) || now >= item.deadline;
     if (gone) {
-      queued_rows_ -= static_cast<int>(entry.remaining_rows());
-      queued_tokens_ -= entry.remaining_tokens();
-      queued_token_evaluations_ -= entry.remaining_token_evaluations();
+      Accumulate(queued_, entry.remaining_work(), -1);
       if (!entry.completed) dropped.push_back(*it);
       it = queue_.erase(it);
       continue;
@@ -244,13 +316,10 @@ std::vector<ModelScheduler::Slice> ModelScheduler::TakeBatchLocked(
       ++it;
       continue;
     }
-    const int64_t tokens_before = entry.remaining_tokens();
-    const int64_t evaluations_before = entry.remaining_token_evaluations();
+    Accumulate(queued_, entry.remaining_work(), -1);
     batch.push_back({*it, entry.next_row, entry.next_row + take});
     entry.next_row += take;
-    queued_rows_ -= static_cast<int>(take);
-    queued_tokens_ -= tokens_before - entry.remaining_tokens();
-    queued_token_evaluations_ -= evaluations_before - entry.remaining_token_evaluations();
+    Accumulate(queued_, entry.remaining_work(), +1);
     solver = item.solver;
     rows += static_cast<int>(take);
     longest = take_longest;
@@ -275,8 +344,8 @@ void ModelScheduler::BatcherLoop() {
     if (queue_.empty()) return;  // stopping, and everything queued has run
     // Wait for company up to max_queue_delay, but never past what a queued budget can afford
     // (recomputed as calls arrive: a tight budget arriving later shortens the wait).
-    while (!stopping_ && queued_rows_ < options_.max_batch_size &&
-           queued_tokens_ < options_.max_batch_tokens) {
+    while (!stopping_ && queued_.rows < options_.max_batch_size &&
+           queued_.padded_tokens < options_.max_batch_tokens) {
       absl::Time fill_deadline = queue_.front()->enqueued + options_.max_queue_delay;
       for (const auto& entry : queue_) fill_deadline = std::min(fill_deadline, entry->item->latest_start);
       const absl::Time now = absl::Now();
@@ -285,7 +354,7 @@ void ModelScheduler::BatcherLoop() {
     }
     std::vector<std::shared_ptr<Entry>> dropped;
     std::vector<Slice> batch = TakeBatchLocked(dropped);
-    const int depth = queued_rows_;
+    const int depth = static_cast<int>(queued_.rows);
     const double predicted = batch.empty() ? 0 : PredictBatchSeconds(batch);
     if (!batch.empty()) running_until_ = absl::Now() + absl::Seconds(predicted);
     lock.unlock();
@@ -316,14 +385,32 @@ void ModelScheduler::Complete(Entry& entry, absl::StatusOr<WorkResult> result) {
 double ModelScheduler::PredictBatchSeconds(const std::vector<Slice>& slices) const {
   int64_t rows = 0, evaluations = 0;
   size_t longest = 0;
+  // The decoder runs one group per (decoder steps, beam size); a group's calls follow its
+  // longest expected output.
+  std::map<std::pair<int, int>, CostShape> decoder_groups;
   for (const auto& slice : slices) {
     const WorkItem& item = *slice.entry->item;
-    rows += static_cast<int64_t>(slice.end - slice.begin);
+    const int64_t slice_rows = static_cast<int64_t>(slice.end - slice.begin);
+    rows += slice_rows;
     for (size_t r = slice.begin; r < slice.end; ++r) longest = std::max(longest, item.rows[r].ids.size());
     evaluations = std::max<int64_t>(evaluations, item.steps * EvaluationsPerStep(item.solver));
+    if (item.decode.decoder_steps > 0) {
+      const CostShape w = Work(slice_rows, 0, 0, item.solver, item.decode.decoder_steps,
+                               item.decode.beam_size, item.expected_output_tokens);
+      CostShape& group = decoder_groups[{item.decode.decoder_steps, item.decode.beam_size}];
+      group.decoder_calls = std::max(group.decoder_calls, w.decoder_calls);
+      group.decoder_row_evaluations += w.decoder_row_evaluations;
+    }
   }
-  const int64_t tokens = rows * static_cast<int64_t>(longest);
-  return cost_model_.Predict(rows, tokens, tokens * evaluations);
+  CostShape shape;
+  shape.rows = rows;
+  shape.padded_tokens = rows * static_cast<int64_t>(longest);
+  shape.token_evaluations = shape.padded_tokens * evaluations;
+  for (const auto& [key, group] : decoder_groups) {
+    shape.decoder_calls += group.decoder_calls;
+    shape.decoder_row_evaluations += group.decoder_row_evaluations;
+  }
+  return cost_model_.Predict(shape);
 }
 
 void ModelScheduler::RunBatch(std::vector<Slice> slices, double predicted) {
@@ -333,7 +420,7 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices, double predicted) {
   for (size_t i = 0; i < slices.size(); ++i) {
     const WorkItem& item = *slices[i].entry->item;
     for (size_t r = slices[i].begin; r < slices[i].end; ++r) {
-      exec.rows.push_back({&item.rows[r], item.steps});
+      exec.rows.push_back({&item.rows[r], item.steps, item.decode});
       owner.emplace_back(i, r);
     }
   }
@@ -346,13 +433,20 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices, double predicted) {
       slice.entry->first_batch_rows = batch_rows;
     }
   }
-  auto on_done = [&](size_t row, absl::Span<const float> output) {
+  auto on_done = [&](size_t row, const RowOutput& output) {
     Entry& entry = *slices[owner[row].first].entry;
     if (entry.completed) return;
-    entry.outputs[owner[row].second].assign(output.begin(), output.end());
+    const size_t index = owner[row].second;
+    entry.outputs[index].assign(output.values.begin(), output.values.end());
+    if (!entry.tokens.empty()) {
+      entry.tokens[index].assign(output.tokens.begin(), output.tokens.end());
+      entry.scores[index] = output.score;
+    }
     if (++entry.finished_rows < entry.item->rows.size()) return;
     WorkResult result;
     result.outputs = std::move(entry.outputs);
+    result.tokens = std::move(entry.tokens);
+    result.scores = std::move(entry.scores);
     result.queue_time = entry.first_start - entry.enqueued;
     result.compute_time = absl::Now() - entry.first_start;
     result.batch_rows = entry.first_batch_rows;
@@ -388,7 +482,7 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices, double predicted) {
     }
   }
   if (!stats.ok()) return;
-  CostSample sample{batch_rows, stats->padded_tokens, stats->token_evaluations, stats->seconds};
+  const CostSample sample = SampleOf(batch_rows, *stats);
   BatchObservation observation;
   observation.rows = batch_rows;
   observation.padded_tokens = stats->padded_tokens;
@@ -403,7 +497,7 @@ absl::Status ModelScheduler::Calibrate(const std::vector<ExecBatch>& warmup,
   std::promise<absl::Status> finished;
   auto task = [&] {
     auto run = [&](const ExecBatch& batch) {
-      return executor_->Run(batch, [](size_t, absl::Span<const float>) {}, [](size_t) { return false; });
+      return executor_->Run(batch, [](size_t, const RowOutput&) {}, [](size_t) { return false; });
     };
     for (const auto& batch : warmup) {
       if (auto stats = run(batch); !stats.ok()) return finished.set_value(stats.status());
@@ -412,8 +506,7 @@ absl::Status ModelScheduler::Calibrate(const std::vector<ExecBatch>& warmup,
     for (const auto& batch : batches) {
       const auto stats = run(batch);
       if (!stats.ok()) return finished.set_value(stats.status());
-      samples.push_back({static_cast<int64_t>(batch.rows.size()), stats->padded_tokens,
-                         stats->token_evaluations, stats->seconds});
+      samples.push_back(SampleOf(static_cast<int64_t>(batch.rows.size()), *stats));
     }
     cost_model_.Calibrate(samples);
     finished.set_value(absl::OkStatus());

@@ -30,6 +30,7 @@ struct StepCandidate {
   Solver solver = Solver::kEuler;
   int steps = 1;
   double quality = 0;
+  int decoder_steps = 0;  // translation: the decoder's steps (0 for encoder-only models)
 };
 
 /// Bounds the number of batches computing at once across all models (the CPU has few cores and
@@ -71,6 +72,10 @@ struct SchedulerOptions {
   int min_steps = 1;
   int max_steps = 1;
   int default_steps = 1;
+  // Translation models: the decoder's step range (all 0 for encoder-only models).
+  int min_decoder_steps = 0;
+  int max_decoder_steps = 0;
+  int default_decoder_steps = 0;
   std::vector<Solver> solvers{Solver::kEuler};
   /// Measured quality per (solver, steps); empty = Euler at every step count, quality = steps.
   std::vector<StepCandidate> candidates;
@@ -89,10 +94,16 @@ struct PlanRequest {
   std::optional<absl::Duration> budget;    // remaining time the call may take
   int min_steps = 0;
   MissPolicy miss_policy = MissPolicy::kServeFloor;
+  // Translation: requested decoder steps (> 0: exact), beams, and the output length the cost
+  // model should expect for the longest input (0 for encoder-only models).
+  int decoder_steps = 0;
+  int beam_size = 1;
+  int expected_output_tokens = 0;
 };
 
 struct Plan {
   int steps = 1;
+  int decoder_steps = 0;
   Solver solver = Solver::kEuler;
   StepChoiceKind choice = StepChoiceKind::kModelDefault;
   absl::Duration predicted_queue;
@@ -101,6 +112,8 @@ struct Plan {
 
 struct WorkResult {
   std::vector<std::vector<float>> outputs;  // one per row, in submission order
+  std::vector<std::vector<int32_t>> tokens; // translation: generated tokens per row
+  std::vector<float> scores;                // translation: length-normalized log-probability
   absl::Duration queue_time;                // submitted -> its batch started
   absl::Duration compute_time;              // its batch started -> its rows finished
   int batch_rows = 0;                       // rows in the batch it started in
@@ -112,6 +125,8 @@ struct WorkItem {
   std::vector<tokenizer::EncodedText> rows;
   int steps = 1;
   Solver solver = Solver::kEuler;
+  DecodeSpec decode;               // translation; max_output_tokens 0 = each row's default
+  int expected_output_tokens = 0;  // translation: for queue-time predictions
   absl::Time deadline = absl::InfiniteFuture();
   /// Latest time its batch may start and still meet its latency budget (budget minus predicted
   /// compute). The batcher never waits for a batch to fill past the earliest of these.
@@ -166,7 +181,10 @@ class ModelScheduler {
   double PredictBatchSeconds(const std::vector<Slice>& slices) const;
   void RunBatch(std::vector<Slice> slices, double predicted_seconds);
   void Complete(Entry& entry, absl::StatusOr<WorkResult> result);
-  absl::Duration PredictCompute(int64_t rows, int64_t tokens, int steps, Solver solver) const;
+  /// Predicted compute of a call: `rows` x `tokens` padded, encoder `steps` of `solver`, and
+  /// (translation) `expected_output` positions of `decoder_steps` over rows x beams.
+  absl::Duration PredictCompute(const PlanRequest& request, int steps, Solver solver,
+                                int decoder_steps) const;
 
   const SchedulerOptions options_;
   const std::shared_ptr<BatchExecutor> executor_;
@@ -175,9 +193,7 @@ class ModelScheduler {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Entry>> queue_;
-  int queued_rows_ = 0;
-  int64_t queued_tokens_ = 0;
-  int64_t queued_token_evaluations_ = 0;
+  CostShape queued_;  // work of everything queued (batches unset)
   bool stopping_ = false;
   std::function<void()> batcher_task_;  // run once by the batcher thread (calibration)
   absl::Time running_until_ = absl::InfinitePast();  // predicted end of the running batch

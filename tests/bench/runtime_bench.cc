@@ -70,10 +70,10 @@ void BM_Batch(benchmark::State& state) {
   const tokenizer::EncodedText row = Row(length);
   scheduler::ExecBatch batch;
   batch.solver = solver;
-  for (int i = 0; i < rows; ++i) batch.rows.push_back({&row, steps});
+  for (int i = 0; i < rows; ++i) batch.rows.push_back({&row, steps, {}});
   int64_t evaluations = 0;
   for (auto _ : state) {
-    auto stats = m.executor->Run(batch, [](size_t, absl::Span<const float>) {}, [](size_t) { return false; });
+    auto stats = m.executor->Run(batch, [](size_t, const scheduler::RowOutput&) {}, [](size_t) { return false; });
     if (!stats.ok()) {
       state.SkipWithError(std::string(stats.status().message()).c_str());
       return;

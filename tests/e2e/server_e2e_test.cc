@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <sstream>
 #include <filesystem>
 #include <future>
@@ -257,7 +258,8 @@ TEST_F(ServerTest, ListAndGetModelDescribeModelsAndTheBrokenOne) {
   ASSERT_EQ(by_name.count("broken-classifier"), 1u);
   EXPECT_EQ(by_name["broken-classifier"].state(), v1::FAILED);
   EXPECT_THAT(by_name["broken-classifier"].error(), AllOf(HasSubstr("config.pbtxt"), HasSubstr("trained_depth")));
-  for (const std::string name : {"tiny-albert", "tiny-sharebert", "tiny-eelbert", "tiny-classifier", "slow-queue"}) {
+  for (const std::string name : {"tiny-albert", "tiny-sharebert", "tiny-eelbert", "tiny-classifier", "tiny-translator",
+                                 "slow-queue"}) {
     EXPECT_EQ(by_name[name].state(), v1::READY) << name;
   }
 
@@ -337,6 +339,165 @@ TEST_F(ServerTest, MetricsEndpointExposesOdeserveFamilies) {
     EXPECT_THAT(page, HasSubstr(family));
   }
   EXPECT_THAT(testing::HttpGet(server_->metrics_port(), "/other"), HasSubstr("404"));
+}
+
+// Translate through the server equals the Python mirror of its search
+// (odeserve_models.translation.beam_search, tests/e2e/make_references.py) for greedy and beam
+// search at several encoder/decoder step counts, with all texts batched into one call (padding,
+// per-row output limits, rows finishing at different positions).
+TEST_F(ServerTest, TranslateEqualsThePythonBeamSearch) {
+  std::ifstream in(ODESERVE_TRANSLATION_REFERENCES);
+  ASSERT_TRUE(in) << ODESERVE_TRANSLATION_REFERENCES;
+  struct Expected {
+    std::string text, translation;
+    float score;
+  };
+  std::map<std::tuple<std::string, int, int, int>, std::vector<Expected>> by_setting;
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> fields;
+    for (size_t start = 0;;) {
+      const size_t tab = line.find('\t', start);
+      fields.push_back(line.substr(start, tab - start));
+      if (tab == std::string::npos) break;
+      start = tab + 1;
+    }
+    ASSERT_EQ(fields.size(), 7u) << line;
+    by_setting[{fields[0], std::stoi(fields[1]), std::stoi(fields[2]), std::stoi(fields[3])}].push_back(
+        {fields[4], fields[5], std::stof(fields[6])});
+  }
+  ASSERT_EQ(by_setting.size(), 4u);
+  int differing_beam_outputs = 0;
+  for (const auto& [setting, cases] : by_setting) {
+    const auto& [model, beam, encoder_steps, decoder_steps] = setting;
+    v1::TranslateRequest request;
+    request.set_model(model);
+    for (const auto& c : cases) request.add_inputs(c.text);
+    request.set_beam_size(beam);
+    request.mutable_compute()->set_steps(encoder_steps);
+    request.mutable_compute()->set_decoder_steps(decoder_steps);
+    request.set_truncate(true);
+    grpc::ClientContext context;
+    v1::TranslateResponse response;
+    const auto status = stub_->Translate(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_EQ(response.translations_size(), static_cast<int>(cases.size()));
+    ASSERT_EQ(response.scores_size(), static_cast<int>(cases.size()));
+    EXPECT_EQ(response.report().steps(), encoder_steps);
+    EXPECT_EQ(response.report().decoder_steps(), decoder_steps);
+    EXPECT_NEAR(response.report().decoder_step_size(), double(kTrainedDepth) / decoder_steps, 1e-6);
+    EXPECT_EQ(response.report().beam_size(), beam);
+    EXPECT_EQ(response.report().step_choice(), v1::REQUESTED);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      EXPECT_EQ(response.translations(i), cases[i].translation)
+          << "beam " << beam << " steps " << encoder_steps << "/" << decoder_steps << ": '" << cases[i].text << "'";
+      EXPECT_NEAR(response.scores(i), cases[i].score, 1e-4) << cases[i].text;
+    }
+    if (beam > 1) {
+      for (size_t i = 0; i < cases.size(); ++i) {
+        const auto& greedy = by_setting[{model, 1, encoder_steps, decoder_steps}];
+        if (!greedy.empty() && greedy[i].translation != cases[i].translation) ++differing_beam_outputs;
+      }
+    }
+  }
+  // The cases must exercise a search that differs from greedy, or beam search is untested.
+  EXPECT_GT(differing_beam_outputs, 0);
+}
+
+TEST_F(ServerTest, TranslateLimitsOutputChoosesStepsFromTheBudgetAndDescribesTheDecoder) {
+  v1::TranslateRequest request;
+  request.set_model("tiny-translator");
+  request.add_inputs("library for reading and writing compressed archives");
+  request.add_inputs("x");
+  request.set_max_output_tokens(3);
+  request.mutable_compute()->set_steps(kTrainedDepth);
+  request.mutable_compute()->set_decoder_steps(kTrainedDepth);
+  {
+    grpc::ClientContext context;
+    v1::TranslateResponse response;
+    ASSERT_TRUE(stub_->Translate(&context, request, &response).ok());
+    EXPECT_LE(response.report().output_tokens(), 2 * 3);
+    EXPECT_GE(response.report().output_tokens(), 1);
+    EXPECT_EQ(response.report().beam_size(), 1);
+  }
+  request.clear_max_output_tokens();
+  request.clear_compute();
+  request.mutable_compute()->mutable_latency_budget()->set_seconds(10);
+  {
+    grpc::ClientContext context;
+    v1::TranslateResponse response;
+    ASSERT_TRUE(stub_->Translate(&context, request, &response).ok());
+    EXPECT_EQ(response.report().step_choice(), v1::BUDGET);
+    // With all the time in the world the profile's best point wins: (L, L) agrees with itself.
+    EXPECT_EQ(response.report().steps(), kTrainedDepth);
+    EXPECT_EQ(response.report().decoder_steps(), kTrainedDepth);
+    EXPECT_TRUE(response.report().budget_met());
+  }
+  request.mutable_compute()->mutable_latency_budget()->set_seconds(0);
+  request.mutable_compute()->mutable_latency_budget()->set_nanos(1000);
+  request.mutable_compute()->set_on_budget_miss(v1::REFUSE);
+  {
+    grpc::ClientContext context;
+    v1::TranslateResponse response;
+    const auto status = stub_->Translate(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_THAT(status.error_message(), AllOf(HasSubstr("cannot be met"), HasSubstr("decoder steps")));
+  }
+  grpc::ClientContext get_context;
+  v1::GetModelRequest get;
+  get.set_name("tiny-translator");
+  v1::GetModelResponse model;
+  ASSERT_TRUE(stub_->GetModel(&get_context, get, &model).ok());
+  const auto& info = model.model();
+  EXPECT_EQ(info.task(), v1::TRANSLATION);
+  EXPECT_EQ(info.translation().decoder_trained_depth(), kTrainedDepth);
+  EXPECT_EQ(info.translation().max_beam_size(), 4);
+  EXPECT_EQ(info.translation().max_output_tokens(), 32);
+  EXPECT_EQ(info.translation().target_language(), "de");
+  EXPECT_GT(info.cost_model().per_decoder_call_seconds() + info.cost_model().per_decoder_row_evaluation_seconds(), 0);
+  bool has_decoder_points = false;
+  for (const auto& point : info.quality_profile()) has_decoder_points |= point.decoder_steps() > 0;
+  EXPECT_TRUE(has_decoder_points);
+}
+
+TEST_F(ServerTest, EveryBadTranslateInputGetsItsCodeAndMessage) {
+  struct Case {
+    std::string name;
+    std::function<void(v1::TranslateRequest&)> mutate;
+    grpc::StatusCode code;
+    std::vector<std::string> message_parts;
+  };
+  const std::vector<Case> cases = {
+      {"beam too wide", [](v1::TranslateRequest& r) { r.set_beam_size(5); }, grpc::StatusCode::INVALID_ARGUMENT,
+       {"beam_size 5", "[0, 4]", "max_beam_size"}},
+      {"negative beam", [](v1::TranslateRequest& r) { r.set_beam_size(-1); }, grpc::StatusCode::INVALID_ARGUMENT,
+       {"beam_size -1"}},
+      {"output too long", [](v1::TranslateRequest& r) { r.set_max_output_tokens(33); },
+       grpc::StatusCode::INVALID_ARGUMENT, {"max_output_tokens 33", "[0, 32]"}},
+      {"decoder steps", [](v1::TranslateRequest& r) { r.mutable_compute()->set_decoder_steps(9); },
+       grpc::StatusCode::INVALID_ARGUMENT, {"compute.decoder_steps 9", "[1, 8]"}},
+      {"encoder model", [](v1::TranslateRequest& r) { r.set_model("tiny-albert"); },
+       grpc::StatusCode::FAILED_PRECONDITION, {"EMBEDDING", "Embed"}},
+      {"empty text", [](v1::TranslateRequest& r) { r.add_inputs(""); }, grpc::StatusCode::INVALID_ARGUMENT,
+       {"inputs[1] is empty"}},
+  };
+  for (const auto& c : cases) {
+    v1::TranslateRequest request;
+    request.set_model("tiny-translator");
+    request.add_inputs("valid first input");
+    c.mutate(request);
+    grpc::ClientContext context;
+    v1::TranslateResponse response;
+    const auto status = stub_->Translate(&context, request, &response);
+    EXPECT_EQ(status.error_code(), c.code) << c.name << ": " << status.error_message();
+    for (const auto& part : c.message_parts) EXPECT_THAT(status.error_message(), HasSubstr(part)) << c.name;
+  }
+  EmbedRequest embed = EmbedOf("tiny-albert", {"x"});
+  embed.mutable_compute()->set_decoder_steps(2);
+  EmbedResponse embedded;
+  const auto status = Embed(embed, &embedded);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("only for translation models"));
+  ExpectStillServing();
 }
 
 struct BadInput {

@@ -74,7 +74,7 @@ class ModelCopy {
 };
 
 TEST(LoadModelConfig, EveryTinyModelLoads) {
-  for (const std::string model : {"tiny-albert", "tiny-sharebert", "tiny-eelbert", "tiny-classifier"}) {
+  for (const std::string model : {"tiny-albert", "tiny-sharebert", "tiny-eelbert", "tiny-classifier", "tiny-translator"}) {
     ModelCopy copy(model);
     auto config = LoadModelConfig(copy.dir());
     ASSERT_TRUE(config.ok()) << model << ": " << config.status();
@@ -87,12 +87,20 @@ TEST(LoadModelConfig, EveryTinyModelLoads) {
     EXPECT_EQ(config->batching().max_batch_size(), 16);
     EXPECT_EQ(config->batching().max_batch_tokens(), 512);
     EXPECT_EQ(config->batching().max_queue_size(), 64);
-    EXPECT_EQ(config->task(), model == "tiny-classifier" ? v1::CLASSIFICATION : v1::EMBEDDING);
+    EXPECT_EQ(config->task(), model == "tiny-classifier"   ? v1::CLASSIFICATION
+                              : model == "tiny-translator" ? v1::TRANSLATION
+                                                           : v1::EMBEDDING);
     EXPECT_EQ(config->tokenizer().input_kind(),
               model == "tiny-eelbert" ? v1::HASHED_NGRAMS : v1::TOKEN_IDS);
     auto profile = LoadQualityProfile(*config, copy.dir());
     ASSERT_TRUE(profile.ok()) << model << ": " << profile.status();
-    EXPECT_EQ(profile->points_size(), 24);  // 3 solvers x steps 1..8
+    if (model == "tiny-translator") {
+      EXPECT_EQ(profile->points_size(), 9);  // Euler, encoder x decoder steps in {1, 2, 4}
+      EXPECT_EQ(config->translation().decoder_trained_depth(), 4);
+      EXPECT_EQ(config->translation().max_beam_size(), 4);
+    } else {
+      EXPECT_EQ(profile->points_size(), 24);  // 3 solvers x steps 1..8
+    }
   }
 }
 
@@ -265,6 +273,21 @@ INSTANTIATE_TEST_SUITE_P(
                       "batching.max_queue_delay_us", ""},
         BadConfigCase{"MaxInputsPerRequestNegative", "tiny-albert",
                       [](Config& c, Dir) { c.set_max_inputs_per_request(-1); }, "max_inputs_per_request", ""},
+        BadConfigCase{"DecoderDepthZero", "tiny-translator",
+                      [](Config& c, Dir) { c.mutable_translation()->set_decoder_trained_depth(0); },
+                      "translation.decoder_trained_depth", "must be > 0"},
+        BadConfigCase{"DecoderStepsAboveLimit", "tiny-translator",
+                      [](Config& c, Dir) { c.mutable_translation()->mutable_decoder_steps()->set_max(5000); },
+                      "translation.decoder_steps.max", "must be <= 1024, got 5000"},
+        BadConfigCase{"BeamTooWide", "tiny-translator",
+                      [](Config& c, Dir) { c.mutable_translation()->set_max_beam_size(100); },
+                      "translation.max_beam_size", "[1, 64]"},
+        BadConfigCase{"OutputLimitTooSmall", "tiny-translator",
+                      [](Config& c, Dir) { c.mutable_translation()->set_max_output_tokens(1); },
+                      "translation.max_output_tokens", ">= 2"},
+        BadConfigCase{"OutputRatioNegative", "tiny-translator",
+                      [](Config& c, Dir) { c.mutable_translation()->set_expected_output_ratio(-1); },
+                      "translation.expected_output_ratio", "> 0"},
         BadConfigCase{"QualityFileMissing", "tiny-albert",
                       [](Config&, Dir d) { fs::remove(d / "quality.pbtxt"); }, "quality_profile_file",
                       "quality.pbtxt' does not exist"},
@@ -351,11 +374,12 @@ TEST(ListModelFolders, ListsVisibleFoldersSorted) {
   fs::remove_all(root);
 }
 
-TEST(ListModelFolders, TestRepositoryHoldsTheFourTinyModels) {
+TEST(ListModelFolders, TestRepositoryHoldsTheFiveTinyModels) {
   auto folders = ListModelFolders(kRepository);
   ASSERT_TRUE(folders.ok()) << folders.status();
   EXPECT_EQ(*folders, (std::vector<fs::path>{kRepository / "tiny-albert", kRepository / "tiny-classifier",
-                                             kRepository / "tiny-eelbert", kRepository / "tiny-sharebert"}));
+                                             kRepository / "tiny-eelbert", kRepository / "tiny-sharebert",
+                                             kRepository / "tiny-translator"}));
 }
 
 TEST(ListModelFolders, MissingRepositoryIsNotFound) {

@@ -135,8 +135,8 @@ RunResult RunBatch(TorchExecutor& executor, const ExecBatch& batch,
   result.done_calls.assign(batch.rows.size(), 0);
   result.stats = executor.Run(
       batch,
-      [&](size_t row, absl::Span<const float> output) {
-        result.outputs.at(row).assign(output.begin(), output.end());
+      [&](size_t row, const scheduler::RowOutput& output) {
+        result.outputs.at(row).assign(output.values.begin(), output.values.end());
         ++result.done_calls.at(row);
       },
       abandoned);
@@ -179,7 +179,7 @@ TEST_P(EveryTinyModel, MakeInputsPadsAndMasks) {
   std::vector<ExecRow> rows;
   size_t longest = 0;
   for (const auto& row : tiny_->rows) {
-    rows.push_back({&row, 1});
+    rows.push_back({&row, 1, {}});
     longest = std::max(longest, row.ids.size());
   }
   auto [x, mask] = executor.MakeInputs(rows);
@@ -221,7 +221,7 @@ TEST_P(EveryTinyModel, MakeInputsPadsAndMasks) {
 TEST_P(EveryTinyModel, EulerWithDtOneReproducesForward) {
   TorchExecutor executor(tiny_->model, tiny_->layout);
   std::vector<ExecRow> rows;
-  for (const auto& row : tiny_->rows) rows.push_back({&row, tiny_->depth});
+  for (const auto& row : tiny_->rows) rows.push_back({&row, tiny_->depth, {}});
   auto [x, mask] = executor.MakeInputs(rows);
   c10::InferenceMode guard;
 
@@ -267,7 +267,7 @@ TEST_P(EveryTinyModel, RowsWithDifferentStepsMatchRunningAlone) {
     ExecBatch batch{solver, {}};
     std::vector<int> lengths;
     for (size_t r = 0; r < tiny_->rows.size(); ++r) {
-      batch.rows.push_back({&tiny_->rows[r], steps[r]});
+      batch.rows.push_back({&tiny_->rows[r], steps[r], {}});
       lengths.push_back(static_cast<int>(tiny_->rows[r].ids.size()));
     }
     ASSERT_EQ(*std::max_element(lengths.begin(), lengths.end()), lengths[3]) << "text 3 must be the longest";
@@ -291,8 +291,8 @@ TEST_P(EveryTinyModel, StepCountsChangeTheOutput) {
   // Guards the test above: the tiny models' fields are strong enough that steps matter.
   TorchExecutor executor(tiny_->model, tiny_->layout);
   const auto& row = tiny_->rows[1];
-  RunResult one = RunBatch(executor, ExecBatch{scheduler::Solver::kEuler, {{&row, 1}}});
-  RunResult full = RunBatch(executor, ExecBatch{scheduler::Solver::kEuler, {{&row, tiny_->depth}}});
+  RunResult one = RunBatch(executor, ExecBatch{scheduler::Solver::kEuler, {{&row, 1, {}}}});
+  RunResult full = RunBatch(executor, ExecBatch{scheduler::Solver::kEuler, {{&row, tiny_->depth, {}}}});
   ASSERT_TRUE(one.stats.ok());
   ASSERT_TRUE(full.stats.ok());
   EXPECT_GT(MaxAbsDiff(one.outputs[0], full.outputs[0]), 100 * Tolerance(full.outputs[0]));
@@ -320,7 +320,7 @@ TEST(TorchExecutor, AbandonedRowLeavesAndStopsCosting) {
   ExecBatch batch{solver, {}};
   std::vector<int> lengths;
   for (const auto* input : inputs) {
-    batch.rows.push_back({input, steps});
+    batch.rows.push_back({input, steps, {}});
     lengths.push_back(static_cast<int>(input->ids.size()));
   }
   ASSERT_GT(lengths[1], std::max(lengths[0], lengths[2]));
@@ -347,7 +347,7 @@ TEST(TorchExecutor, AllRowsAbandonedEndsTheRunAtOnce) {
   auto tiny = LoadTiny("tiny-albert");
   ASSERT_NE(tiny, nullptr);
   TorchExecutor executor(tiny->model, tiny->layout);
-  ExecBatch batch{scheduler::Solver::kEuler, {{&tiny->rows[0], 8}, {&tiny->rows[1], 8}}};
+  ExecBatch batch{scheduler::Solver::kEuler, {{&tiny->rows[0], 8, {}}, {&tiny->rows[1], 8, {}}}};
   RunResult run = RunBatch(executor, batch, [](size_t) { return true; });
   ASSERT_TRUE(run.stats.ok());
   EXPECT_EQ(run.done_calls, (std::vector<int>{0, 0}));
@@ -551,12 +551,12 @@ TEST_F(LoadErrors, AModelWhoseFieldFailsIsAnErrorNotACrash) {
   a.ids = {4, 2};
   b.ids = {1};
   // One row: dh/dt = -h/2 with RK4 over t in [0, 2]: h(2) = h0 e^-1, summed over tokens.
-  RunResult one = RunBatch(executor, ExecBatch{scheduler::Solver::kRk4, {{&a, 16}}});
+  RunResult one = RunBatch(executor, ExecBatch{scheduler::Solver::kRk4, {{&a, 16, {}}}});
   ASSERT_TRUE(one.stats.ok()) << one.stats.status();
   ASSERT_EQ(one.outputs[0].size(), 1u);
   EXPECT_NEAR(one.outputs[0][0], 6.0 * std::exp(-1.0), 1e-5);
   // Two rows: the field throws inside the executor.
-  RunResult two = RunBatch(executor, ExecBatch{scheduler::Solver::kEuler, {{&a, 2}, {&b, 2}}});
+  RunResult two = RunBatch(executor, ExecBatch{scheduler::Solver::kEuler, {{&a, 2, {}}, {&b, 2, {}}}});
   ASSERT_FALSE(two.stats.ok());
   EXPECT_EQ(two.stats.status().code(), absl::StatusCode::kInternal);
   EXPECT_THAT(std::string(two.stats.status().message()), HasSubstr("field exploded"));

@@ -97,7 +97,9 @@ class FakeExecutor : public BatchExecutor {
         if (row.steps <= iteration) {
           const float output[3] = {static_cast<float>(row.input->ids[0]), static_cast<float>(row.steps),
                                    static_cast<float>(row.input->ids.size())};
-          on_done(i, absl::MakeConstSpan(output, 3));
+          RowOutput row_output;
+          row_output.values = absl::MakeConstSpan(output, 3);
+          on_done(i, row_output);
         } else if (!abandoned(i)) {
           kept.push_back(i);
         }
@@ -206,6 +208,19 @@ void Plug(ModelScheduler& scheduler, FakeExecutor& executor, Completion& complet
   executor.Hold();
   ASSERT_TRUE(scheduler.Submit(Item({Row(900, 4)}, 1, completion)).ok());
   ASSERT_TRUE(executor.WaitRunsStarted(runs_before + 1));
+}
+
+CostShape Shape(int64_t rows, int64_t tokens, int64_t token_evaluations, int64_t batches = 1) {
+  CostShape shape;
+  shape.batches = batches;
+  shape.rows = rows;
+  shape.padded_tokens = tokens;
+  shape.token_evaluations = token_evaluations;
+  return shape;
+}
+
+CostSample Sample(int64_t rows, int64_t tokens, int64_t token_evaluations, double seconds) {
+  return {Shape(rows, tokens, token_evaluations), seconds};
 }
 
 TEST(ModelScheduler, ItemsSubmittedTogetherRunInOneBatch) {
@@ -602,9 +617,9 @@ double SyntheticSeconds(int64_t rows, int64_t tokens, int64_t token_evaluations)
 std::vector<StepCandidate> Candidates() {
   std::vector<StepCandidate> candidates;
   for (int n = 1; n <= 8; ++n) {
-    candidates.push_back({Solver::kEuler, n, 0.50 + 0.05 * n});
-    candidates.push_back({Solver::kHeun, n, 0.60 + 0.05 * n});
-    candidates.push_back({Solver::kRk4, n, 0.70 + 0.03 * n});
+    candidates.push_back({Solver::kEuler, n, 0.50 + 0.05 * n, 0});
+    candidates.push_back({Solver::kHeun, n, 0.60 + 0.05 * n, 0});
+    candidates.push_back({Solver::kRk4, n, 0.70 + 0.03 * n, 0});
   }
   return candidates;
 }
@@ -626,7 +641,7 @@ class Planning : public ::testing::Test {
         for (int steps : {1, 3, 8}) {
           ExecBatch batch;
           batch.solver = (steps == 3) ? Solver::kHeun : Solver::kEuler;
-          for (int i = 0; i < rows; ++i) batch.rows.push_back({&rows_[r * 4 + i], steps});
+          for (int i = 0; i < rows; ++i) batch.rows.push_back({&rows_[r * 4 + i], steps, {}});
           batches.push_back(batch);
         }
       }
@@ -654,7 +669,7 @@ TEST_F(Planning, CalibrationRecoversTheSyntheticCosts) {
   EXPECT_EQ(snapshot.calibration_samples, 27);
   EXPECT_NEAR(snapshot.coefficients.fixed, 1e-3, 1e-5);
   EXPECT_NEAR(snapshot.coefficients.per_token_evaluation, 1e-4, 1e-6);
-  EXPECT_NEAR(scheduler_->cost_model().Predict(1, 10, 50), 6e-3, 6e-5);
+  EXPECT_NEAR(scheduler_->cost_model().Predict(Shape(1, 10, 50)), 6e-3, 6e-5);
 }
 
 TEST_F(Planning, LargeBudgetPicksTheHighestQuality) {
@@ -831,7 +846,7 @@ std::vector<CostSample> SyntheticSamples(double scale = 1.0) {
       for (int64_t evaluations : {1, 2, 4, 8}) {
         const int64_t tokens = rows * length;
         const int64_t te = tokens * evaluations;
-        samples.push_back({rows, tokens, te, scale * Formula(rows, tokens, te)});
+        samples.push_back(Sample(rows, tokens, te, scale * Formula(rows, tokens, te)));
       }
     }
   }
@@ -840,15 +855,15 @@ std::vector<CostSample> SyntheticSamples(double scale = 1.0) {
 
 TEST(CostModel, RecoversKnownCoefficients) {
   CostModel model;
-  EXPECT_EQ(model.Predict(4, 64, 256), 0.0) << "uncalibrated";
+  EXPECT_EQ(model.Predict(Shape(4, 64, 256)), 0.0) << "uncalibrated";
   model.Calibrate(SyntheticSamples());
   const auto c = model.Snapshot().coefficients;
   EXPECT_NEAR(c.fixed, kFixed, 0.01 * kFixed);
   EXPECT_NEAR(c.per_row, kPerRow, 0.01 * kPerRow);
   EXPECT_NEAR(c.per_token, kPerToken, 0.01 * kPerToken);
   EXPECT_NEAR(c.per_token_evaluation, kPerTokenEvaluation, 0.01 * kPerTokenEvaluation);
-  EXPECT_NEAR(model.Predict(3, 60, 300), Formula(3, 60, 300), 1e-3 * Formula(3, 60, 300));
-  EXPECT_NEAR(model.PredictBatches(2, 6, 120, 600), 2 * kFixed + Formula(6, 120, 600) - kFixed,
+  EXPECT_NEAR(model.Predict(Shape(3, 60, 300)), Formula(3, 60, 300), 1e-3 * Formula(3, 60, 300));
+  EXPECT_NEAR(model.Predict(Shape(6, 120, 600, /*batches=*/2)), 2 * kFixed + Formula(6, 120, 600) - kFixed,
               1e-3 * Formula(6, 120, 600));
   EXPECT_EQ(model.Snapshot().calibration_samples, 60);
   EXPECT_EQ(model.Snapshot().online_samples, 0);
@@ -858,20 +873,20 @@ TEST(CostModel, ObserveReturnsTheRelativeError) {
   CostModel model;
   model.Calibrate(SyntheticSamples());
   // Measured twice the prediction: |p - 2p| / 2p = 0.5.
-  const double error = model.Observe({4, 64, 256, 2 * Formula(4, 64, 256)});
+  const double error = model.Observe(Sample(4, 64, 256, 2 * Formula(4, 64, 256)));
   EXPECT_NEAR(error, 0.5, 1e-3);
   EXPECT_EQ(model.Snapshot().online_samples, 1);
   EXPECT_NEAR(model.Snapshot().mean_abs_relative_error, 0.5, 1e-3);
   // Half the prediction: |p - p/2| / (p/2) = 1.
   CostModel other;
   other.Calibrate(SyntheticSamples());
-  EXPECT_NEAR(other.Observe({2, 32, 64, 0.5 * Formula(2, 32, 64)}), 1.0, 1e-3);
+  EXPECT_NEAR(other.Observe(Sample(2, 32, 64, 0.5 * Formula(2, 32, 64))), 1.0, 1e-3);
   // An exact measurement.
   CostModel exact;
   exact.Calibrate(SyntheticSamples());
-  EXPECT_NEAR(exact.Observe({8, 128, 512, Formula(8, 128, 512)}), 0.0, 1e-3);
+  EXPECT_NEAR(exact.Observe(Sample(8, 128, 512, Formula(8, 128, 512))), 0.0, 1e-3);
   // A zero-time sample is not a division by zero.
-  EXPECT_EQ(exact.Observe({1, 8, 8, 0.0}), 0.0);
+  EXPECT_EQ(exact.Observe(Sample(1, 8, 8, 0.0)), 0.0);
 }
 
 TEST(CostModel, FollowsAMachineThatSlowsDown) {
@@ -880,21 +895,21 @@ TEST(CostModel, FollowsAMachineThatSlowsDown) {
   const auto all = SyntheticSamples();
   for (size_t i = 0; i < all.size(); i += 7) warmup.push_back(all[i]);
   model.Calibrate(warmup);
-  const double before = model.Predict(4, 64, 256);
+  const double before = model.Predict(Shape(4, 64, 256));
   for (const auto& s : SyntheticSamples(2.0)) model.Observe(s);
-  const double after = model.Predict(4, 64, 256);
+  const double after = model.Predict(Shape(4, 64, 256));
   EXPECT_GT(after, 1.5 * before);
   EXPECT_LT(after, 2.05 * before);
   EXPECT_EQ(model.Snapshot().online_samples, 60);
 }
 
 TEST(CostModel, FitNonNegativeRecoversExactPositiveCoefficients) {
-  std::vector<std::array<double, 4>> features;
+  std::vector<CostFeatures> features;
   std::vector<double> targets, weights;
   for (double a : {1.0, 2.0, 5.0}) {
     for (double b : {10.0, 40.0}) {
       for (double c : {100.0, 700.0}) {
-        features.push_back({1.0, a, b, c});
+        features.push_back({1.0, a, b, c, 0.0, 0.0});
         targets.push_back(3.0 + 0.5 * a + 0.25 * b + 0.01 * c);
         weights.push_back(1.0);
       }
@@ -908,19 +923,19 @@ TEST(CostModel, FitNonNegativeRecoversExactPositiveCoefficients) {
 }
 
 TEST(CostModel, FitNonNegativeClampsNegativeCoefficients) {
-  std::vector<std::array<double, 4>> features;
+  std::vector<CostFeatures> features;
   std::vector<double> targets, weights;
   for (double a : {1.0, 2.0, 5.0, 9.0}) {
     for (double b : {10.0, 40.0, 70.0}) {
       for (double c : {100.0, 700.0}) {
-        features.push_back({1.0, a, b, c});
+        features.push_back({1.0, a, b, c, 0.0, 0.0});
         targets.push_back(30.0 - 2.0 * a + 0.25 * b + 0.01 * c);  // the true per-row is negative
         weights.push_back(1.0);
       }
     }
   }
   const auto x = FitNonNegative(features, targets, weights);
-  for (int j = 0; j < 4; ++j) EXPECT_GE(x[j], 0.0) << j;
+  for (int j = 0; j < kCostFeatures; ++j) EXPECT_GE(x[j], 0.0) << j;
   EXPECT_EQ(x[1], 0.0) << "the negative column is dropped";
   // With `a` dropped, the rest is the least-squares fit of the remaining columns: the mean of
   // -2a (-8.5) moves into the intercept, the b and c slopes are untouched (a is orthogonal).
@@ -929,13 +944,13 @@ TEST(CostModel, FitNonNegativeClampsNegativeCoefficients) {
   EXPECT_NEAR(x[3], 0.01, 1e-8);
 
   CostModel model;  // the model built on it never predicts negative time
-  model.Calibrate({{1, 10, 10, 1.0}, {2, 10, 10, 0.5}, {4, 10, 10, 0.25}});
+  model.Calibrate({Sample(1, 10, 10, 1.0), Sample(2, 10, 10, 0.5), Sample(4, 10, 10, 0.25)});
   const auto c = model.Snapshot().coefficients;
   EXPECT_GE(c.fixed, 0.0);
   EXPECT_GE(c.per_row, 0.0);
   EXPECT_GE(c.per_token, 0.0);
   EXPECT_GE(c.per_token_evaluation, 0.0);
-  EXPECT_GE(model.Predict(64, 10, 10), 0.0);
+  EXPECT_GE(model.Predict(Shape(64, 10, 10)), 0.0);
 }
 
 }  // namespace

@@ -1,0 +1,226 @@
+#include "server/runtime/translation_executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+
+namespace odeserve::runtime {
+namespace {
+
+// A score no real hypothesis reaches: keeps the K-1 empty beams of a fresh row out of the
+// first ranking without the NaNs that -inf arithmetic could produce.
+constexpr float kDeadBeam = -1e9f;
+
+struct Finished {
+  std::vector<int32_t> tokens;
+  float score = 0;  // log-probability / generated tokens (EOS counted)
+};
+
+// Search state of one row of a group.
+struct RowSearch {
+  size_t row = 0;                           // index into batch.rows
+  int max_output = 1;
+  std::vector<std::vector<int32_t>> beams;  // K live hypotheses (tokens so far)
+  std::vector<float> scores;                // their summed log-probabilities
+  std::vector<Finished> finished;
+};
+
+}  // namespace
+
+TranslationExecutor::TranslationExecutor(std::shared_ptr<TorchModel> model, InputLayout layout,
+                                         int max_output_tokens)
+    : TorchExecutor(std::move(model), layout), max_output_tokens_(max_output_tokens) {}
+
+absl::StatusOr<scheduler::ExecStats> TranslationExecutor::Run(const scheduler::ExecBatch& batch,
+                                                              const scheduler::RowDoneFn& on_done,
+                                                              const scheduler::RowAbandonedFn& abandoned) {
+  const auto started = std::chrono::steady_clock::now();
+  scheduler::ExecStats stats;
+  if (batch.rows.empty()) return stats;
+  for (const auto& row : batch.rows) {
+    if (row.decode.decoder_steps <= 0 || row.decode.beam_size <= 0) {
+      return absl::InternalError("translation row without decoder steps or beam size");
+    }
+  }
+  try {
+    c10::InferenceMode guard;
+    // Encoder: memory per finished row, trimmed to its own length.
+    std::vector<torch::Tensor> memories(batch.rows.size());
+    Integrate(batch, abandoned, stats,
+              [&](const std::vector<size_t>& rows, const torch::Tensor& h, const torch::Tensor& mask) {
+                const torch::Tensor memory = model_->OutputStageUnchecked(h, mask);
+                for (size_t k = 0; k < rows.size(); ++k) {
+                  const int64_t length = static_cast<int64_t>(batch.rows[rows[k]].input->ids.size());
+                  memories[rows[k]] = memory[static_cast<int64_t>(k)].narrow(0, 0, length);
+                }
+              });
+    std::map<std::pair<int, int>, std::vector<size_t>> groups;
+    for (size_t r = 0; r < batch.rows.size(); ++r) {
+      if (!memories[r].defined()) continue;  // abandoned during the encoder
+      groups[{batch.rows[r].decode.decoder_steps, batch.rows[r].decode.beam_size}].push_back(r);
+    }
+    for (const auto& [key, rows] : groups) DecodeGroup(batch, rows, memories, on_done, abandoned, stats);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("model execution failed: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("model execution failed: ", e.what()));
+  }
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return stats;
+}
+
+void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const std::vector<size_t>& rows,
+                                      const std::vector<torch::Tensor>& memories,
+                                      const scheduler::RowDoneFn& on_done,
+                                      const scheduler::RowAbandonedFn& abandoned,
+                                      scheduler::ExecStats& stats) {
+  const auto& first = batch.rows[rows.front()].decode;
+  const int steps = first.decoder_steps;
+  const int64_t beam = first.beam_size;
+  const double dt = double(model_->decoder_depth()) / steps;
+  const auto device = memories[rows.front()].device();
+  const int64_t eos = model_->eos_id();
+
+  // Padded memory and mask of the group, one block of `beam` hypotheses per row.
+  int64_t source_length = 0;
+  for (size_t r : rows) source_length = std::max(source_length, memories[r].size(0));
+  const int64_t group_rows = static_cast<int64_t>(rows.size());
+  const int64_t hidden = memories[rows.front()].size(1);
+  torch::Tensor memory = torch::zeros({group_rows, source_length, hidden}, memories[rows.front()].options());
+  torch::Tensor memory_mask = torch::zeros({group_rows, source_length}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  for (int64_t i = 0; i < group_rows; ++i) {
+    const int64_t length = memories[rows[i]].size(0);
+    memory[i].narrow(0, 0, length).copy_(memories[rows[i]]);
+    memory_mask[i].narrow(0, 0, length).fill_(1.0f);
+  }
+  auto [cross_k, cross_v] = model_->CrossKvUnchecked(memory);
+  const torch::Tensor expand = torch::arange(group_rows, torch::TensorOptions().dtype(torch::kInt64).device(device))
+                                   .repeat_interleave(beam);
+  cross_k = cross_k.index_select(0, expand);
+  cross_v = cross_v.index_select(0, expand);
+  memory_mask = memory_mask.index_select(0, expand);
+
+  std::vector<RowSearch> live(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    live[i].row = rows[i];
+    const auto& decode = batch.rows[rows[i]].decode;
+    live[i].max_output = std::clamp(decode.max_output_tokens > 0
+                                        ? decode.max_output_tokens
+                                        : scheduler::DefaultMaxOutputTokens(
+                                              static_cast<int>(batch.rows[rows[i]].input->ids.size()),
+                                              max_output_tokens_),
+                                    1, max_output_tokens_);
+    live[i].beams.assign(beam, {});
+    live[i].scores.assign(beam, kDeadBeam);
+    live[i].scores[0] = 0;
+  }
+  const int64_t heads = cross_k.size(1);
+  const int64_t head_dim = cross_k.size(3);
+  const auto float_options = cross_k.options();
+  std::vector<torch::Tensor> cache_k(steps), cache_v(steps);
+  for (int i = 0; i < steps; ++i) {
+    cache_k[i] = torch::zeros({group_rows * beam, heads, 0, head_dim}, float_options);
+    cache_v[i] = cache_k[i];
+  }
+  std::vector<int64_t> next_tokens(group_rows * beam, model_->bos_id());
+  auto finish_row = [&](RowSearch& search) {
+    const auto best = std::max_element(search.finished.begin(), search.finished.end(),
+                                       [](const Finished& a, const Finished& b) { return a.score < b.score; });
+    scheduler::RowOutput output;
+    output.tokens = absl::MakeConstSpan(best->tokens);
+    output.score = best->score;
+    on_done(search.row, output);
+  };
+
+  for (int64_t position = 0; !live.empty(); ++position) {
+    const int64_t hypotheses = static_cast<int64_t>(live.size()) * beam;
+    const torch::Tensor tokens = torch::tensor(next_tokens, torch::kInt64).to(device);
+    const torch::Tensor positions = torch::full({hypotheses}, position, torch::TensorOptions().dtype(torch::kInt64).device(device));
+    torch::Tensor g = model_->DecoderInputUnchecked(tokens, positions);
+    for (int i = 0; i < steps; ++i) {
+      auto result = model_->DecoderFieldUnchecked(g, cache_k[i], cache_v[i], cross_k, cross_v, memory_mask);
+      cache_k[i] = std::move(result.cache_k);
+      cache_v[i] = std::move(result.cache_v);
+      g = g + dt * result.field;
+    }
+    stats.decoder_calls += steps;
+    stats.decoder_row_evaluations += int64_t{steps} * hypotheses;
+    const torch::Tensor log_probs = model_->DecoderLogitsUnchecked(g).to(torch::kCPU, torch::kFloat32);
+    const int64_t vocab = log_probs.size(1);
+    std::vector<float> beam_scores;
+    for (const auto& search : live) beam_scores.insert(beam_scores.end(), search.scores.begin(), search.scores.end());
+    const torch::Tensor totals = (log_probs + torch::tensor(beam_scores).unsqueeze(1)).view({-1, beam * vocab});
+    const int64_t candidates = std::min<int64_t>(2 * beam, beam * vocab);
+    const auto [top_scores, top_index] = totals.topk(candidates, /*dim=*/1);
+    const auto score_at = top_scores.accessor<float, 2>();
+    const auto index_at = top_index.accessor<int64_t, 2>();
+
+    std::vector<RowSearch> still_live;
+    std::vector<int64_t> parents;  // hypothesis index (this iteration) of each kept hypothesis
+    next_tokens.clear();
+    for (size_t i = 0; i < live.size(); ++i) {
+      RowSearch& search = live[i];
+      const bool last = position + 1 >= search.max_output;
+      std::vector<std::vector<int32_t>> beams;
+      std::vector<float> scores;
+      std::vector<int64_t> row_parents;
+      for (int64_t c = 0; c < candidates && static_cast<int64_t>(beams.size()) < beam; ++c) {
+        const int64_t parent = index_at[i][c] / vocab;
+        const int32_t token = static_cast<int32_t>(index_at[i][c] % vocab);
+        const float score = score_at[i][c];
+        if (score <= kDeadBeam / 2) break;  // only dead beams remain
+        std::vector<int32_t> tokens_so_far = search.beams[parent];
+        if (token == eos) {
+          if (c < beam) {
+            search.finished.push_back({std::move(tokens_so_far), score / float(position + 1)});
+          }
+          continue;
+        }
+        tokens_so_far.push_back(token);
+        if (last) {  // out of room: the hypothesis ends here, without EOS
+          search.finished.push_back({std::move(tokens_so_far), score / float(position + 1)});
+          continue;
+        }
+        beams.push_back(std::move(tokens_so_far));
+        scores.push_back(score);
+        row_parents.push_back(static_cast<int64_t>(i) * beam + parent);
+      }
+      const bool done = last || static_cast<int64_t>(search.finished.size()) >= beam || beams.empty();
+      if (done) {
+        if (search.finished.empty()) {  // every continuation was a late EOS: keep the best beam
+          search.finished.push_back({search.beams[0], search.scores[0] / float(position + 1)});
+        }
+        finish_row(search);
+        continue;
+      }
+      if (abandoned(search.row)) continue;
+      while (static_cast<int64_t>(beams.size()) < beam) {  // fewer than K continuations survived
+        beams.push_back(beams.front());
+        scores.push_back(kDeadBeam);
+        row_parents.push_back(row_parents.front());
+      }
+      search.beams = std::move(beams);
+      search.scores = std::move(scores);
+      for (int64_t k = 0; k < beam; ++k) next_tokens.push_back(search.beams[k].back());
+      parents.insert(parents.end(), row_parents.begin(), row_parents.end());
+      still_live.push_back(std::move(search));
+    }
+    live.swap(still_live);
+    if (live.empty()) break;
+    bool identity = static_cast<int64_t>(parents.size()) == hypotheses;
+    for (size_t k = 0; identity && k < parents.size(); ++k) identity = parents[k] == static_cast<int64_t>(k);
+    if (identity) continue;  // greedy with nobody leaving: caches are already in order
+    const torch::Tensor index = torch::tensor(parents, torch::kInt64).to(device);
+    for (int i = 0; i < steps; ++i) {
+      cache_k[i] = cache_k[i].index_select(0, index);
+      cache_v[i] = cache_v[i].index_select(0, index);
+    }
+    cross_k = cross_k.index_select(0, index);
+    cross_v = cross_v.index_select(0, index);
+    memory_mask = memory_mask.index_select(0, index);
+  }
+}
+
+}  // namespace odeserve::runtime
