@@ -11,13 +11,9 @@ server over gRPC (python3-grpcio; stubs generated at run time from proto/ with p
 Writes models/work/eval/served.json (make_report.py adds it to EVAL.md as served-path figures).
 """
 import argparse
-import importlib
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,17 +23,7 @@ import numpy as np  # noqa: E402
 
 from eval_sets import eval_sets  # noqa: E402
 from odeserve_models.baselines import macro_f1, recall_at_k  # noqa: E402
-
-
-def stubs():
-    tmp = tempfile.mkdtemp(prefix="odeserve-stubs-")
-    subprocess.check_call(["protoc", "-I", os.path.join(ROOT, "proto"), "--python_out", tmp, "--grpc_out", tmp,
-                           "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin",
-                           "odeserve/v1/inference.proto", "odeserve/v1/model_config.proto"])
-    sys.path.insert(0, tmp)
-    pb = importlib.import_module("odeserve.v1.inference_pb2")
-    pbg = importlib.import_module("odeserve.v1.inference_pb2_grpc")
-    return tmp, pb, pbg
+from odeserve_models.served import Served  # noqa: E402
 
 
 def main():
@@ -51,29 +37,11 @@ def main():
     ap.add_argument("--n-en", type=int, default=1000)
     ap.add_argument("--n-zs", type=int, default=500)
     a = ap.parse_args()
-    import grpc
-    tmp, pb, pbg = stubs()
-    proc = None
-    address = a.address or "localhost:%d" % a.grpc_port
-    if a.start:
-        cmd = [a.start, "--model_repository", a.model_repository, "--grpc_port", str(a.grpc_port),
-               "--metrics_port", str(a.metrics_port)]
-        print("starting:", " ".join(cmd), flush=True)
-        proc = subprocess.Popen(cmd, stdout=open(os.path.join(HERE, "work", "logs", "served-server.log"), "w"),
-                                stderr=subprocess.STDOUT)
-    ch = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 << 20)])
-    stub = pbg.InferenceStub(ch)
-    out = {"address": address, "command": " ".join(sys.argv), "results": []}
-    try:
-        for _ in range(240):  # wait for the models to be READY
-            try:
-                lm = stub.ListModels(pb.ListModelsRequest(), timeout=5)
-                if lm.models and all(m.state != pb.LOADING for m in lm.models):
-                    break
-            except grpc.RpcError:
-                pass
-            time.sleep(1)
-        models = {m.name: m for m in lm.models}
+    served = Served(a.address, a.start, a.model_repository, a.grpc_port, a.metrics_port,
+                    log_path=os.path.join(HERE, "work", "logs", "served-server.log"))
+    out = {"address": served.address, "command": " ".join(sys.argv), "results": []}
+    with served:
+        pb, stub, models = served.pb, served.stub, served.models
         out["models"] = {n: dict(state=pb.ModelState.Name(m.state), error=m.error, device=m.device) for n, m in models.items()}
         print(out["models"], flush=True)
         sets = eval_sets()
@@ -122,14 +90,6 @@ def main():
                         row = dict(model=name, dataset=ds, solver="EULER", steps=n, n=len(q), **{"recall@1": rk[1], "recall@10": rk[10]},
                                    wall_s=time.time() - t0)
                         out["results"].append(row); print(row, flush=True)
-    finally:
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(os.path.join(HERE, "work", "eval"), exist_ok=True)
     json.dump(out, open(os.path.join(HERE, "work", "eval", "served.json"), "w"), indent=1)
 

@@ -70,7 +70,10 @@ std::string FormatReport(const v1::ComputeReport& r, double client_ms) {
   std::string s = absl::StrFormat("compute: steps=%d solver=%s dt=%.3g evals=%d (%s)", r.steps(),
                                   SolverName(r.solver()), r.step_size(), r.field_evaluations(),
                                   ChoiceName(r.step_choice()));
-  if (r.decoder_steps() > 0) absl::StrAppend(&s, " decoder_steps=", r.decoder_steps());
+  if (r.decoder_steps() > 0) {
+    absl::StrAppend(&s, " decoder_steps=", r.decoder_steps(), " beam=", r.beam_size(),
+                    " output_tokens=", r.output_tokens());
+  }
   absl::StrAppend(&s, " | queue ", Ms(r.queue_time()), " ms compute ", Ms(r.compute_time()),
                   " ms total ", Ms(r.total_time()), " ms predicted ", Ms(r.predicted_time()),
                   " ms client ", absl::StrFormat("%.2f", client_ms), " ms");

@@ -18,15 +18,15 @@ Server-facing methods (all torch.jit.export; the encoder's use the encoder contr
   vector_field(h, mask) -> f_enc(h)                    [B, S, H]
   output_stage(h, mask) -> memory                      [B, S, H]
   forward(ids, mask) -> memory after L Euler steps (the encoder as trained)
-  cross_kv(memory) -> (k, v)                           [B, heads, S, H/heads] each
+  cross_kv(memory, mask) -> (k, v, bias)              [B, heads, S, H/heads] each, bias [B, 1, 1, S]
   decoder_input(tokens, positions) -> g0               [B, 1, H]   (tokens, positions: [B] int64)
-  decoder_field(g, cache_k, cache_v, cross_k, cross_v, memory_mask) -> (f, cache_k', cache_v')
+  decoder_field(g, cache_k, cache_v, cross_k, cross_v, cross_bias) -> (f, cache_k', cache_v')
         cache_*: [B, heads, t, H/heads] for this step index (t may be 0), returned with the
-        current position appended
+        current position appended; every cached position is visible (no self-attention mask)
   decoder_logits(g) -> log-probabilities               [B, V]
 """
 import math
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -118,20 +118,25 @@ class SharedTranslator(nn.Module):
         return x.transpose(1, 2).reshape(x.size(0), x.size(2), self.hidden_size)
 
     @torch.jit.export
-    def cross_kv(self, memory: Tensor) -> Tuple[Tensor, Tensor]:
+    def cross_kv(self, memory: Tensor, mask: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """Cross-attention keys, values and additive padding bias: the same at every decoder
+        step index and position, so computed once per request."""
         kv = F.linear(memory, self.d_w_kv2, self.d_b_kv2)
         k, v = kv.chunk(2, dim=-1)
-        return self._heads(k).contiguous(), self._heads(v).contiguous()
+        return self._heads(k).contiguous(), self._heads(v).contiguous(), mask_bias(mask)
 
     @torch.jit.export
     def decoder_input(self, tokens: Tensor, positions: Tensor) -> Tensor:
         e = F.embedding(tokens, self.embedding) * self.emb_scale + F.embedding(positions, self.dec_pos)
         return F.layer_norm(e, [self.hidden_size], self.dec_ln_in_w, self.dec_ln_in_b, 1e-5).unsqueeze(1)
 
-    def _decoder_branch(self, g: Tensor, k: Tensor, v: Tensor, q: Tensor, self_bias: Tensor,
+    def _decoder_branch(self, g: Tensor, k: Tensor, v: Tensor, q: Tensor, self_bias: Optional[Tensor],
                         cross_k: Tensor, cross_v: Tensor, cross_bias: Tensor) -> Tensor:
         H = self.hidden_size
-        s = torch.add(self_bias, torch.matmul(q, k.transpose(-1, -2)), alpha=self.scale)
+        if self_bias is None:
+            s = torch.matmul(q, k.transpose(-1, -2)) * self.scale
+        else:
+            s = torch.add(self_bias, torch.matmul(q, k.transpose(-1, -2)), alpha=self.scale)
         a = F.linear(self._merge(torch.matmul(torch.softmax(s, dim=-1), v)), self.d_w_o, self.d_b_o)
         y = F.layer_norm(g + a, [H], self.d_ln2_w, self.d_ln2_b, 1e-5)
         q2 = self._heads(F.linear(y, self.d_w_q2, self.d_b_q2))
@@ -148,15 +153,14 @@ class SharedTranslator(nn.Module):
 
     @torch.jit.export
     def decoder_field(self, g: Tensor, cache_k: Tensor, cache_v: Tensor, cross_k: Tensor,
-                      cross_v: Tensor, memory_mask: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+                      cross_v: Tensor, cross_bias: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """One position (g: [B, 1, H]) at one step index; cache_*: this step index's keys and
         values of the earlier positions. Returns the field and the caches with this position
         appended."""
         q, k, v = self._qkv(g)
         k = torch.cat([cache_k, k], dim=2)
         v = torch.cat([cache_v, v], dim=2)
-        self_bias = torch.zeros(1, 1, 1, k.size(2), dtype=g.dtype, device=g.device)
-        f = self._decoder_branch(g, k, v, q, self_bias, cross_k, cross_v, mask_bias(memory_mask))
+        f = self._decoder_branch(g, k, v, q, None, cross_k, cross_v, cross_bias)
         return f, k, v
 
     @torch.jit.export
@@ -189,8 +193,7 @@ class SharedTranslator(nn.Module):
         e = F.embedding(tgt_in, self.embedding) * self.emb_scale + self.dec_pos[:T].unsqueeze(0)
         g = F.layer_norm(e, [self.hidden_size], self.dec_ln_in_w, self.dec_ln_in_b, 1e-5)
         causal = torch.full((T, T), -1e9, dtype=g.dtype, device=g.device).triu(1).view(1, 1, T, T)
-        ck, cv = self.cross_kv(memory)
-        cross_bias = mask_bias(memory_mask)
+        ck, cv, cross_bias = self.cross_kv(memory, memory_mask)
         for _ in range(steps):
             g = g + dt * self.decoder_field_parallel(g, causal, ck, cv, cross_bias)
         x = F.layer_norm(g, [self.hidden_size], self.d_ln_f_w, self.d_ln_f_b, 1e-5)
@@ -219,9 +222,9 @@ def beam_search(model: SharedTranslator, ids: Tensor, mask: Tensor, enc_steps: i
     and offline evaluation: per row (tokens without BOS/EOS, log-prob / generated tokens)."""
     memory = encode_memory(model, ids, mask, enc_steps)
     B = ids.size(0)
-    ck, cv = model.cross_kv(memory)
+    ck, cv, cbias = model.cross_kv(memory, mask)
     expand = torch.arange(B).repeat_interleave(beam)
-    ck, cv, mmask = ck.index_select(0, expand), cv.index_select(0, expand), mask.index_select(0, expand)
+    ck, cv, cbias = ck.index_select(0, expand), cv.index_select(0, expand), cbias.index_select(0, expand)
     live = []
     for b in range(B):
         live.append(dict(row=b, max_out=max(1, min(max_out[b], model.max_len)), beams=[[] for _ in range(beam)],
@@ -236,7 +239,7 @@ def beam_search(model: SharedTranslator, ids: Tensor, mask: Tensor, enc_steps: i
         n = len(live) * beam
         g = model.decoder_input(torch.tensor(next_tokens), torch.full((n,), position, dtype=torch.long))
         for i in range(dec_steps):
-            f, k, v = model.decoder_field(g, caches[i][0], caches[i][1], ck, cv, mmask)
+            f, k, v = model.decoder_field(g, caches[i][0], caches[i][1], ck, cv, cbias)
             caches[i] = (k, v)
             g = g + dt * f
         logp = model.decoder_logits(g).float()
@@ -280,7 +283,7 @@ def beam_search(model: SharedTranslator, ids: Tensor, mask: Tensor, enc_steps: i
         if live:
             index = torch.tensor(parents)
             caches = [(k.index_select(0, index), v.index_select(0, index)) for k, v in caches]
-            ck, cv, mmask = ck.index_select(0, index), cv.index_select(0, index), mmask.index_select(0, index)
+            ck, cv, cbias = ck.index_select(0, index), cv.index_select(0, index), cbias.index_select(0, index)
     return results
 
 
@@ -293,7 +296,7 @@ def greedy_decode(model: SharedTranslator, ids: Tensor, mask: Tensor, enc_steps:
     for _ in range(enc_steps):
         memory = memory + dt * model.vector_field(memory, mask)
     memory = model.output_stage(memory, mask)
-    ck, cv = model.cross_kv(memory)
+    ck, cv, cbias = model.cross_kv(memory, mask)
     B = ids.size(0)
     empty = torch.zeros(B, model.num_heads, 0, model.head_dim)
     caches = [(empty, empty) for _ in range(dec_steps)]
@@ -304,7 +307,7 @@ def greedy_decode(model: SharedTranslator, ids: Tensor, mask: Tensor, enc_steps:
     for t in range(max_out):
         g = model.decoder_input(tokens, torch.full((B,), t, dtype=torch.long))
         for i in range(dec_steps):
-            f, k, v = model.decoder_field(g, caches[i][0], caches[i][1], ck, cv, mask)
+            f, k, v = model.decoder_field(g, caches[i][0], caches[i][1], ck, cv, cbias)
             caches[i] = (k, v)
             g = g + ddt * f
         tokens = model.decoder_logits(g).argmax(-1)

@@ -96,23 +96,22 @@ def verify_translator(d, cfg, tok, m, texts, tol, proto_root) -> List[str]:
     worst = 0.0
     for n in (1, 2, int(m.decoder_depth)):
         memory = encode_memory(m, x, mask, n)
-        ck, cv = m.cross_kv(memory)
+        ck, cv, cbias = m.cross_kv(memory, mask)
         tgt = torch.randint(4, 50, (x.size(0), 6))
         tgt[:, 0] = int(m.bos_id)
         B, Tt = tgt.shape
         dt = float(m.decoder_depth) / n
         g = m.decoder_input(tgt.reshape(-1), torch.arange(Tt).repeat(B)).view(B, Tt, -1)
         causal = torch.full((Tt, Tt), -1e9).triu(1).view(1, 1, Tt, Tt)
-        bias = ((mask - 1.0) * 1e9).unsqueeze(1).unsqueeze(2)
         for _ in range(n):
-            g = g + dt * m.decoder_field_parallel(g, causal, ck, cv, bias)
+            g = g + dt * m.decoder_field_parallel(g, causal, ck, cv, cbias)
         parallel = torch.stack([m.decoder_logits(g[:, t:t + 1]) for t in range(Tt)], 1)
         empty = torch.zeros(B, int(m.num_heads), 0, int(m.head_dim))
         caches = [(empty, empty)] * n
         for t in range(Tt):
             gi = m.decoder_input(tgt[:, t], torch.full((B,), t, dtype=torch.long))
             for i in range(n):
-                f, k, v = m.decoder_field(gi, caches[i][0], caches[i][1], ck, cv, mask)
+                f, k, v = m.decoder_field(gi, caches[i][0], caches[i][1], ck, cv, cbias)
                 caches[i] = (k, v)
                 gi = gi + dt * f
             worst = max(worst, (m.decoder_logits(gi) - parallel[:, t]).abs().max().item())

@@ -123,17 +123,17 @@ torch::Tensor TorchModel::OutputStageUnchecked(const torch::Tensor& h, const tor
   return output_stage_({h, mask}).toTensor();
 }
 
-std::pair<torch::Tensor, torch::Tensor> TorchModel::CrossKvUnchecked(const torch::Tensor& memory) {
-  const auto kv = (*cross_kv_)({memory}).toTuple();
-  return {kv->elements()[0].toTensor(), kv->elements()[1].toTensor()};
+TorchModel::CrossAttention TorchModel::CrossKvUnchecked(const torch::Tensor& memory, const torch::Tensor& mask) {
+  const auto out = (*cross_kv_)({memory, mask}).toTuple();
+  return {out->elements()[0].toTensor(), out->elements()[1].toTensor(), out->elements()[2].toTensor()};
 }
 torch::Tensor TorchModel::DecoderInputUnchecked(const torch::Tensor& tokens, const torch::Tensor& positions) {
   return (*decoder_input_)({tokens, positions}).toTensor();
 }
 TorchModel::DecoderFieldResult TorchModel::DecoderFieldUnchecked(
     const torch::Tensor& g, const torch::Tensor& cache_k, const torch::Tensor& cache_v,
-    const torch::Tensor& cross_k, const torch::Tensor& cross_v, const torch::Tensor& memory_mask) {
-  const auto out = (*decoder_field_)({g, cache_k, cache_v, cross_k, cross_v, memory_mask}).toTuple();
+    const torch::Tensor& cross_k, const torch::Tensor& cross_v, const torch::Tensor& cross_bias) {
+  const auto out = (*decoder_field_)({g, cache_k, cache_v, cross_k, cross_v, cross_bias}).toTuple();
   return {out->elements()[0].toTensor(), out->elements()[1].toTensor(), out->elements()[2].toTensor()};
 }
 torch::Tensor TorchModel::DecoderLogitsUnchecked(const torch::Tensor& g) {

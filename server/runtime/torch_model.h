@@ -41,11 +41,14 @@ class TorchModel {
   struct DecoderFieldResult {
     torch::Tensor field, cache_k, cache_v;
   };
-  std::pair<torch::Tensor, torch::Tensor> CrossKvUnchecked(const torch::Tensor& memory);
+  struct CrossAttention {
+    torch::Tensor k, v, bias;  // the same at every decoder step index and position
+  };
+  CrossAttention CrossKvUnchecked(const torch::Tensor& memory, const torch::Tensor& mask);
   torch::Tensor DecoderInputUnchecked(const torch::Tensor& tokens, const torch::Tensor& positions);
   DecoderFieldResult DecoderFieldUnchecked(const torch::Tensor& g, const torch::Tensor& cache_k,
                                            const torch::Tensor& cache_v, const torch::Tensor& cross_k,
-                                           const torch::Tensor& cross_v, const torch::Tensor& memory_mask);
+                                           const torch::Tensor& cross_v, const torch::Tensor& cross_bias);
   torch::Tensor DecoderLogitsUnchecked(const torch::Tensor& g);
 
   bool has_decoder() const { return decoder_depth_ > 0; }

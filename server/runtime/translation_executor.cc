@@ -95,12 +95,15 @@ void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const s
     memory[i].narrow(0, 0, length).copy_(memories[rows[i]]);
     memory_mask[i].narrow(0, 0, length).fill_(1.0f);
   }
-  auto [cross_k, cross_v] = model_->CrossKvUnchecked(memory);
+  TorchModel::CrossAttention cross = model_->CrossKvUnchecked(memory, memory_mask);
   const torch::Tensor expand = torch::arange(group_rows, torch::TensorOptions().dtype(torch::kInt64).device(device))
                                    .repeat_interleave(beam);
-  cross_k = cross_k.index_select(0, expand);
-  cross_v = cross_v.index_select(0, expand);
-  memory_mask = memory_mask.index_select(0, expand);
+  auto select_cross = [&](const torch::Tensor& index) {
+    cross.k = cross.k.index_select(0, index);
+    cross.v = cross.v.index_select(0, index);
+    cross.bias = cross.bias.index_select(0, index);
+  };
+  select_cross(expand);
 
   std::vector<RowSearch> live(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -116,9 +119,9 @@ void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const s
     live[i].scores.assign(beam, kDeadBeam);
     live[i].scores[0] = 0;
   }
-  const int64_t heads = cross_k.size(1);
-  const int64_t head_dim = cross_k.size(3);
-  const auto float_options = cross_k.options();
+  const int64_t heads = cross.k.size(1);
+  const int64_t head_dim = cross.k.size(3);
+  const auto float_options = cross.k.options();
   std::vector<torch::Tensor> cache_k(steps), cache_v(steps);
   for (int i = 0; i < steps; ++i) {
     cache_k[i] = torch::zeros({group_rows * beam, heads, 0, head_dim}, float_options);
@@ -140,10 +143,10 @@ void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const s
     const torch::Tensor positions = torch::full({hypotheses}, position, torch::TensorOptions().dtype(torch::kInt64).device(device));
     torch::Tensor g = model_->DecoderInputUnchecked(tokens, positions);
     for (int i = 0; i < steps; ++i) {
-      auto result = model_->DecoderFieldUnchecked(g, cache_k[i], cache_v[i], cross_k, cross_v, memory_mask);
+      auto result = model_->DecoderFieldUnchecked(g, cache_k[i], cache_v[i], cross.k, cross.v, cross.bias);
       cache_k[i] = std::move(result.cache_k);
       cache_v[i] = std::move(result.cache_v);
-      g = g + dt * result.field;
+      g.add_(result.field, dt);
     }
     stats.decoder_calls += steps;
     stats.decoder_row_evaluations += int64_t{steps} * hypotheses;
@@ -217,9 +220,7 @@ void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const s
       cache_k[i] = cache_k[i].index_select(0, index);
       cache_v[i] = cache_v[i].index_select(0, index);
     }
-    cross_k = cross_k.index_select(0, index);
-    cross_v = cross_v.index_select(0, index);
-    memory_mask = memory_mask.index_select(0, index);
+    select_cross(index);
   }
 }
 

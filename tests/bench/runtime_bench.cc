@@ -5,17 +5,25 @@
 //
 // Each benchmark reports field_evals/s and the padded tokens per batch; compare Steps/L with
 // Steps/L/4 for the "compute scales with steps" target.
+//
+// BM_Translate runs the translation executor (encoder ODE + beam search over the decoder ODE)
+// on --translate_model_dir (default models/repository/translate-en-de) over real English
+// short descriptions and reports generated tokens/s at batch 1 and 16, greedy and beam 4, at
+// the trained decoder depth and at half of it.
 
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "server/repository/model_config.h"
 #include "server/runtime/threading.h"
 #include "server/runtime/torch_executor.h"
+#include "server/runtime/translation_executor.h"
 #include "server/tokenizer/tokenizer.h"
 
 namespace odeserve {
@@ -29,24 +37,44 @@ struct Loaded {
 };
 
 std::string g_model_dir;
+std::string g_translate_model_dir;
+
+Loaded* Load(const std::string& dir) {
+  auto* l = new Loaded();
+  auto config = repository::LoadModelConfig(dir);
+  if (!config.ok()) {
+    std::fprintf(stderr, "%s\n", config.status().ToString().c_str());
+    std::exit(2);
+  }
+  l->config = *config;
+  const bool translation = l->config.task() == v1::TRANSLATION;
+  const tokenizer::TokenizerOptions options = repository::TokenizerOptionsFor(l->config);
+  l->tokenizer = *tokenizer::Tokenizer::Load((std::filesystem::path(dir) / l->config.tokenizer().model_file()).string(), options);
+  auto model = runtime::TorchModel::Load((std::filesystem::path(dir) / l->config.torchscript_file()).string(),
+                                         torch::Device(torch::kCPU), l->config.trained_depth(),
+                                         translation ? l->config.translation().decoder_trained_depth() : 0);
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
+    std::exit(2);
+  }
+  l->model = *std::move(model);
+  runtime::InputLayout layout{options.hashed, options.hash.dim, l->tokenizer->pad_id()};
+  if (translation) {
+    l->executor = std::make_unique<runtime::TranslationExecutor>(l->model, layout,
+                                                                 l->config.translation().max_output_tokens());
+  } else {
+    l->executor = std::make_unique<runtime::TorchExecutor>(l->model, layout);
+  }
+  return l;
+}
 
 Loaded& Model() {
-  static Loaded* loaded = [] {
-    auto* l = new Loaded();
-    auto config = repository::LoadModelConfig(g_model_dir);
-    if (!config.ok()) {
-      std::fprintf(stderr, "%s\n", config.status().ToString().c_str());
-      std::exit(2);
-    }
-    l->config = *config;
-    const tokenizer::TokenizerOptions options = repository::TokenizerOptionsFor(l->config);
-    l->tokenizer = *tokenizer::Tokenizer::Load((std::filesystem::path(g_model_dir) / l->config.tokenizer().model_file()).string(), options);
-    l->model = *runtime::TorchModel::Load((std::filesystem::path(g_model_dir) / l->config.torchscript_file()).string(),
-                                          torch::Device(torch::kCPU), l->config.trained_depth());
-    runtime::InputLayout layout{options.hashed, options.hash.dim, l->tokenizer->pad_id()};
-    l->executor = std::make_unique<runtime::TorchExecutor>(l->model, layout);
-    return l;
-  }();
+  static Loaded* loaded = Load(g_model_dir);
+  return *loaded;
+}
+
+Loaded& Translator() {
+  static Loaded* loaded = Load(g_translate_model_dir);
   return *loaded;
 }
 
@@ -86,6 +114,63 @@ void BM_Batch(benchmark::State& state) {
   state.SetLabel(std::string(scheduler::SolverName(solver)) + " L=" + std::to_string(depth));
 }
 
+// Real English short descriptions (Debian packages), the kind of text translate-en-de serves.
+constexpr const char* kSources[] = {
+    "development files for the GNU C library",
+    "transitional package",
+    "Perl module for parsing and writing XML documents",
+    "command-line tool to convert images between formats",
+    "documentation for the Python standard library",
+    "shared library for reading compressed archives",
+    "fast and lightweight web server",
+    "GNOME desktop environment -- essential components",
+    "debugging symbols for the network manager daemon",
+    "Haskell library for building command-line interfaces",
+    "fonts with support for many scripts and languages",
+    "simple editor for plain text files",
+    "Python 3 bindings for the cryptography library",
+    "utilities to manage disk partitions",
+    "game engine for 2D platform games",
+    "client library for the PostgreSQL database",
+};
+
+// Args: batch rows, beam size, decoder steps as a divisor of the decoder's L. Encoder at L.
+void BM_Translate(benchmark::State& state) {
+  Loaded& m = Translator();
+  const int rows = static_cast<int>(state.range(0));
+  const int beam = static_cast<int>(state.range(1));
+  const int decoder_depth = m.config.translation().decoder_trained_depth();
+  const int decoder_steps = std::max<int>(1, decoder_depth / static_cast<int>(state.range(2)));
+  std::vector<tokenizer::EncodedText> inputs;
+  for (int i = 0; i < rows; ++i) {
+    inputs.push_back(*m.tokenizer->Encode(kSources[i % std::size(kSources)], m.config.max_sequence_length(), true));
+  }
+  scheduler::ExecBatch batch;
+  for (const auto& input : inputs) {
+    batch.rows.push_back({&input, m.config.trained_depth(), scheduler::DecodeSpec{decoder_steps, beam, 0}});
+  }
+  int64_t generated = 0;
+  for (auto _ : state) {
+    auto stats = m.executor->Run(
+        batch, [&](size_t, const scheduler::RowOutput& out) { generated += static_cast<int64_t>(out.tokens.size()) + 1; },
+        [](size_t) { return false; });
+    if (!stats.ok()) {
+      state.SkipWithError(std::string(stats.status().message()).c_str());
+      return;
+    }
+  }
+  state.counters["decoder_steps"] = decoder_steps;
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(generated), benchmark::Counter::kIsRate);
+  state.counters["tokens/batch"] = benchmark::Counter(static_cast<double>(generated), benchmark::Counter::kAvgIterations);
+  state.SetLabel("beam " + std::to_string(beam) + ", decoder L=" + std::to_string(decoder_depth));
+}
+
+// Batch 1 and 16, greedy and beam 4, decoder at L and L/2 (tokens include each row's EOS).
+BENCHMARK(BM_Translate)->ArgNames({"rows", "beam", "L_over"})
+    ->Args({1, 1, 1})->Args({1, 1, 2})->Args({1, 4, 1})->Args({1, 4, 2})
+    ->Args({16, 1, 1})->Args({16, 1, 2})->Args({16, 4, 1})->Args({16, 4, 2})
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
 constexpr int kEuler = static_cast<int>(scheduler::Solver::kEuler);
 constexpr int kHeun = static_cast<int>(scheduler::Solver::kHeun);
 constexpr int kRk4 = static_cast<int>(scheduler::Solver::kRk4);
@@ -104,17 +189,22 @@ BENCHMARK(BM_Batch)->ArgNames({"rows", "tokens", "L_over", "solver"})
 
 int main(int argc, char** argv) {
   const std::string prefix = "--model_dir=";
+  const std::string translate_prefix = "--translate_model_dir=";
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     if (std::string(argv[i]).rfind(prefix, 0) == 0) {
       odeserve::g_model_dir = std::string(argv[i]).substr(prefix.size());
+    } else if (std::string(argv[i]).rfind(translate_prefix, 0) == 0) {
+      odeserve::g_translate_model_dir = std::string(argv[i]).substr(translate_prefix.size());
     } else {
       rest.push_back(argv[i]);
     }
   }
   if (odeserve::g_model_dir.empty()) odeserve::g_model_dir = ODESERVE_DEFAULT_BENCH_MODEL;
+  if (odeserve::g_translate_model_dir.empty()) odeserve::g_translate_model_dir = ODESERVE_DEFAULT_TRANSLATE_MODEL;
   const auto threading = odeserve::runtime::ConfigureThreading(0);
   benchmark::AddCustomContext("model_dir", odeserve::g_model_dir);
+  benchmark::AddCustomContext("translate_model_dir", odeserve::g_translate_model_dir);
   benchmark::AddCustomContext("threading", threading.summary());
   int rest_count = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_count, rest.data());

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Evaluate translators through the served C++ path: every translation is produced by a running
+odeserve (Translate over gRPC); BLEU (sacreBLEU-compatible 13a) and chrF are computed by
+odeserve_models.mt_metrics on held-out DDTP en -> de pairs (split by source package).
+
+  /usr/bin/python3 models/eval_translation.py --start build/server/odeserve \
+      --model_repository models/work/mt-repo --models translate-en-de,translate-en-de-uski,translate-en-de-fixed \
+      --write-quality translate-en-de=models/repository/translate-en-de
+
+For each model: greedy BLEU/chrF on the test short descriptions at every (encoder, decoder) step
+pair of --grid, beam 4 at --beam-points, paragraphs at --paragraph-points; beside them the
+copy-the-source baseline. --write-quality replaces a model folder's quality.pbtxt with greedy
+BLEU on the validation short descriptions measured the same way (the profile the server's step
+choice ranks). Writes models/work/eval/translation.json.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from odeserve_models.export import quality_text  # noqa: E402
+from odeserve_models.mt_metrics import corpus_bleu, corpus_chrf  # noqa: E402
+from odeserve_models.served import Served  # noqa: E402
+
+DATA = os.path.join(HERE, "data", "raw", "datasets")
+
+
+def load(split, kind):
+    with open(os.path.join(DATA, "translate-%s-en-de.jsonl" % split), encoding="utf-8") as f:
+        return [r for r in map(json.loads, f) if r["kind"] == kind]
+
+
+def pairs_of(spec):
+    return [tuple(int(v) for v in p.split(":")) for p in spec.split(",") if p]
+
+
+def translate_all(served, model, texts, enc, dec, beam, per=32):
+    pb = served.pb
+    hyps, compute_s, output_tokens = [], 0.0, 0
+    t0 = time.time()
+    for i in range(0, len(texts), per):
+        r = served.stub.Translate(pb.TranslateRequest(
+            model=model, inputs=texts[i:i + per], beam_size=beam, truncate=True,
+            compute=pb.ComputeOptions(steps=enc, decoder_steps=dec)), timeout=600)
+        assert r.report.steps == enc and r.report.decoder_steps == dec and r.report.beam_size == beam
+        hyps.extend(r.translations)
+        compute_s += r.report.compute_time.ToTimedelta().total_seconds()
+        output_tokens += r.report.output_tokens
+    return hyps, dict(wall_s=round(time.time() - t0, 3), compute_s=round(compute_s, 3), output_tokens=output_tokens)
+
+
+def score(hyps, refs):
+    return dict(bleu=round(corpus_bleu(hyps, [refs]).score, 2), chrf=round(corpus_chrf(hyps, [refs]).score, 2))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--address", default="")
+    ap.add_argument("--start", default="")
+    ap.add_argument("--model_repository", default=os.path.join(HERE, "repository"))
+    ap.add_argument("--grpc_port", type=int, default=50081)
+    ap.add_argument("--metrics_port", type=int, default=9181)
+    ap.add_argument("--models", required=True)
+    ap.add_argument("--grid", default="1,2,3,4,6")
+    ap.add_argument("--beam-points", default="6:6,6:3,3:3")
+    ap.add_argument("--paragraph-points", default="6:6,6:3")
+    ap.add_argument("--n-paragraphs", type=int, default=400)
+    ap.add_argument("--write-quality", default="", help="MODEL=FOLDER[,MODEL=FOLDER]")
+    ap.add_argument("--out", default=os.path.join(HERE, "work", "eval", "translation.json"))
+    a = ap.parse_args()
+    grid = [int(s) for s in a.grid.split(",")]
+    test, valid = load("test", "short"), load("valid", "short")
+    paragraphs = load("test", "para")[:a.n_paragraphs]
+    out = dict(command=" ".join(sys.argv), test_short=len(test), valid_short=len(valid),
+               test_paragraphs=len(paragraphs), results=[])
+    refs = [r["de"] for r in test]
+    out["copy_source"] = dict(short=score([r["en"] for r in test], refs),
+                              paragraphs=score([r["en"] for r in paragraphs], [r["de"] for r in paragraphs]))
+    print("copy-the-source", out["copy_source"], flush=True)
+    quality_targets = dict(kv.split("=", 1) for kv in a.write_quality.split(",") if kv)
+    with Served(a.address, a.start, a.model_repository, a.grpc_port, a.metrics_port,
+                log_path=os.path.join(HERE, "work", "logs", "eval-translation-server.log")) as served:
+        for model in a.models.split(","):
+            info = served.models.get(model)
+            assert info is not None and info.state == served.pb.READY, "%s not READY: %s" % (model, info and info.error)
+
+            def run(dataset, rows, enc, dec, beam):
+                hyps, timing = translate_all(served, model, [r["en"] for r in rows], enc, dec, beam)
+                row = dict(model=model, dataset=dataset, encoder_steps=enc, decoder_steps=dec, beam=beam,
+                           n=len(rows), **score(hyps, [r["de"] for r in rows]), **timing,
+                           samples=[[rows[i]["en"], hyps[i], rows[i]["de"]] for i in range(3)])
+                out["results"].append(row)
+                print({k: v for k, v in row.items() if k != "samples"}, flush=True)
+                return row
+
+            for enc in grid:
+                for dec in grid:
+                    run("test-short", test, enc, dec, 1)
+            for enc, dec in pairs_of(a.beam_points):
+                run("test-short", test, enc, dec, 4)
+            for enc, dec in pairs_of(a.paragraph_points):
+                for beam in (1, 4):
+                    run("test-paragraphs", paragraphs, enc, dec, beam)
+            if model in quality_targets:
+                points = []
+                for enc in grid:
+                    for dec in grid:
+                        row = run("valid-short", valid, enc, dec, 1)
+                        points.append(dict(solver="EULER", steps=enc, decoder_steps=dec, beam_size=1, metric="bleu",
+                                           value=row["bleu"], dataset="translate-valid-en-de short (%d, served)" % len(valid)))
+                path = os.path.join(quality_targets[model], "quality.pbtxt")
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(quality_text("bleu", points))
+                print("wrote", path, flush=True)
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w", encoding="utf-8") as f:
+        json.dump(out, f, indent=1, ensure_ascii=False)
+    print("wrote", a.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Export a trained translator (models/train/train_translation.py) as a model folder of the
+artifact contract: model.pt (TorchScript), config.pbtxt, tokenizer.model, quality.pbtxt.
+
+    /usr/bin/python3 models/export_translation.py --run models/work/runs/mt-robust \
+        --name translate-en-de --out models/repository
+
+quality.pbtxt is measured here, in Python, with the server's search (beam_search, greedy) on
+--profile-rows validation short descriptions at every (encoder, decoder) step pair of
+--profile-steps: corpus BLEU (odeserve_models.mt_metrics). models/eval_translation.py later
+replaces it with the same measurement through the running C++ server on the whole validation
+set (--write-quality).
+"""
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+if os.environ.get("PYTHONHASHSEED") != "0":  # byte-identical TorchScript from run to run
+    os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, PYTHONHASHSEED="0"))
+
+import torch  # noqa: E402
+
+from odeserve_models.export import config_text, export_model, quality_text  # noqa: E402
+from odeserve_models.mt_metrics import corpus_bleu  # noqa: E402
+from odeserve_models.translation import SharedTranslator, beam_search, default_max_output_tokens  # noqa: E402
+from odeserve_models.verify import verify_model_dir  # noqa: E402
+
+DATA = os.path.join(HERE, "data", "raw", "datasets")
+MAX_SOURCE_TOKENS = 128
+
+
+def load_run(run_dir):
+    path = os.path.join(run_dir, "final.pt")
+    ck = torch.load(path if os.path.exists(path) else os.path.join(run_dir, "last.pt"))
+    a = ck["args"]
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=a["tokenizer"])
+    model = SharedTranslator(sp.vocab_size(), a["hidden"], a["heads"], a["ffn"], a["encoder_depth"],
+                             a["decoder_depth"], a["max_len"], sp.pad_id(), sp.bos_id(), sp.eos_id())
+    model.load_state_dict(ck["model"])
+    return model.eval(), sp, a, ck.get("step")
+
+
+def rows(split, kind=None):
+    with open(os.path.join(DATA, "translate-%s-en-de.jsonl" % split), encoding="utf-8") as f:
+        out = [json.loads(line) for line in f]
+    return [r for r in out if kind is None or r["kind"] == kind]
+
+
+def batch_ids(sp, texts, max_len):
+    seqs = [[sp.bos_id()] + sp.encode(t, out_type=int)[:max_len - 2] + [sp.eos_id()] for t in texts]
+    T = max(len(s) for s in seqs)
+    x = torch.full((len(seqs), T), sp.pad_id(), dtype=torch.long)
+    mask = torch.zeros(len(seqs), T)
+    for i, s in enumerate(seqs):
+        x[i, :len(s)] = torch.tensor(s)
+        mask[i, :len(s)] = 1
+    return x, mask
+
+
+@torch.no_grad()
+def translate(model, sp, texts, enc, dec, beam=1, batch=32):
+    out = []
+    for i in range(0, len(texts), batch):
+        x, mask = batch_ids(sp, texts[i:i + batch], MAX_SOURCE_TOKENS)
+        lengths = mask.sum(1).long().tolist()
+        limits = [default_max_output_tokens(n, model.max_len) for n in lengths]
+        out += [sp.decode(ids) for ids, _ in beam_search(model, x, mask, enc, dec, beam, limits)]
+    return out
+
+
+def expected_output_ratio(sp):
+    src = tgt = 0
+    for r in rows("train"):
+        src += len(sp.encode(r["en"]))
+        tgt += len(sp.encode(r["de"]))
+    return tgt / src
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--description", default="")
+    ap.add_argument("--profile-rows", type=int, default=300)
+    ap.add_argument("--profile-steps", default="1,2,3,4,6")
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    model, sp, targs, step = load_run(a.run)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    L, Ld = targs["encoder_depth"], targs["decoder_depth"]
+    steps = [int(s) for s in a.profile_steps.split(",")]
+    valid = rows("valid", "short")[:a.profile_rows]
+    refs = [r["de"] for r in valid]
+    points = []
+    for enc in steps:
+        for dec in steps:
+            hyps = translate(model, sp, [r["en"] for r in valid], enc, dec)
+            bleu = corpus_bleu(hyps, [refs]).score
+            points.append(dict(solver="EULER", steps=enc, decoder_steps=dec, beam_size=1, metric="bleu",
+                               value=bleu, dataset="translate-valid-en-de short[:%d] (Python search)" % len(valid)))
+            print("profile enc=%d dec=%d BLEU %.2f" % (enc, dec, bleu), flush=True)
+    ratio = expected_output_ratio(sp)
+    mode = "step-robust (encoder and decoder steps sampled per batch)" if targs["steps_mode"] == "robust" \
+        else "fixed depth (always L steps)"
+    uski = " after USKI key-token pre-training on %d%% of the steps" % round(100 * targs["uski_fraction"]) \
+        if targs["uski_fraction"] > 0 else ""
+    description = a.description or (
+        "Parameter-shared encoder-decoder en->de: one shared pre-LN encoder block (L=%d) and one shared "
+        "decoder block (self-attention with a KV cache per step index, cross-attention, FFN; L=%d), "
+        "tied 8k SentencePiece embeddings, H=%d, %d heads, FFN %d; trained %s%s on DDTP en->de short "
+        "descriptions and aligned paragraphs (%d optimizer steps)"
+        % (L, Ld, targs["hidden"], targs["heads"], targs["ffn"], mode, uski, step or -1))
+    cfg = config_text(a.name, model, "TRANSLATION", description, MAX_SOURCE_TOKENS,
+                      steps=(1, 2 * L, L), solvers=("EULER",), languages=["en", "de"],
+                      batching=dict(max_batch_size=32, max_batch_tokens=4096, max_queue_delay_us=2000,
+                                    max_queue_size=256),
+                      max_inputs_per_request=32,
+                      translation=dict(decoder_trained_depth=Ld, decoder_steps=(1, 2 * Ld, Ld),
+                                       max_output_tokens=targs["max_len"], source_language="en",
+                                       target_language="de", expected_output_ratio=ratio, max_beam_size=8))
+    d = export_model(a.out, a.name, model, targs["tokenizer"], cfg, quality_text("bleu", points))
+    print("\n".join(verify_model_dir(d, [r["en"] for r in valid[:8]],
+                                     proto_root=os.path.join(os.path.dirname(HERE), "proto"))))
+    print("exported", d, "size", sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)))
+
+
+if __name__ == "__main__":
+    main()
