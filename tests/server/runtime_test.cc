@@ -3,6 +3,7 @@
 // compute accounting), solver convergence orders, device parsing and load errors.
 // The only test file that includes LibTorch.
 
+#include <set>
 #include <unistd.h>
 
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "server/repository/model_config.h"
 #include "server/runtime/solvers.h"
 #include "server/runtime/torch_executor.h"
+#include "server/runtime/translation_executor.h"
 #include "server/runtime/torch_model.h"
 #include "server/tokenizer/tokenizer.h"
 
@@ -77,7 +79,8 @@ std::unique_ptr<TinyModel> LoadTiny(const std::string& name) {
   if (!tokenizer.ok()) return nullptr;
   tiny->tokenizer = *std::move(tokenizer);
   auto model = TorchModel::Load((dir / config->torchscript_file()).string(), torch::Device(torch::kCPU),
-                                config->trained_depth());
+                                config->trained_depth(),
+                                config->task() == v1::TRANSLATION ? config->translation().decoder_trained_depth() : 0);
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return nullptr;
   tiny->model = std::shared_ptr<TorchModel>(std::move(*model));
@@ -341,6 +344,108 @@ TEST(TorchExecutor, AbandonedRowLeavesAndStopsCosting) {
   ASSERT_TRUE(pair.stats.ok());
   EXPECT_LE(MaxAbsDiff(run.outputs[0], pair.outputs[0]), Tolerance(pair.outputs[0]));
   EXPECT_LE(MaxAbsDiff(run.outputs[2], pair.outputs[1]), Tolerance(pair.outputs[1]));
+}
+
+// ---- Translation -----------------------------------------------------------------------------
+
+struct Translated {
+  absl::StatusOr<ExecStats> stats;
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<float> scores;
+  std::vector<int> done_calls;
+};
+
+Translated Translate(TorchExecutor& executor, const ExecBatch& batch,
+                     const scheduler::RowAbandonedFn& abandoned = [](size_t) { return false; }) {
+  Translated result;
+  result.tokens.resize(batch.rows.size());
+  result.scores.assign(batch.rows.size(), 0);
+  result.done_calls.assign(batch.rows.size(), 0);
+  result.stats = executor.Run(
+      batch,
+      [&](size_t row, const scheduler::RowOutput& output) {
+        result.tokens.at(row).assign(output.tokens.begin(), output.tokens.end());
+        result.scores.at(row) = output.score;
+        ++result.done_calls.at(row);
+      },
+      abandoned);
+  return result;
+}
+
+class TranslationExecutorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tiny_ = LoadTiny("tiny-translator");
+    ASSERT_NE(tiny_, nullptr);
+    ASSERT_TRUE(tiny_->model->has_decoder());
+    executor_ = std::make_unique<runtime::TranslationExecutor>(tiny_->model, tiny_->layout,
+                                                               tiny_->config.translation().max_output_tokens());
+  }
+  ExecRow RowOf(size_t text, int encoder_steps, int decoder_steps, int beam, int max_output = 0) {
+    return {&tiny_->rows[text], encoder_steps, scheduler::DecodeSpec{decoder_steps, beam, max_output}};
+  }
+  std::unique_ptr<TinyModel> tiny_;
+  std::unique_ptr<runtime::TranslationExecutor> executor_;
+};
+
+TEST_F(TranslationExecutorTest, EachRowTranslatesAsItWouldAlone) {
+  // Rows of different lengths, encoder steps, decoder steps and beams share one batch (two
+  // decoder groups, padding, rows finishing at different positions).
+  const std::vector<ExecRow> rows = {RowOf(0, 4, 4, 1), RowOf(1, 2, 4, 1), RowOf(3, 4, 2, 3),
+                                     RowOf(4, 1, 4, 1), RowOf(5, 4, 2, 3)};
+  Translated together = Translate(*executor_, ExecBatch{scheduler::Solver::kEuler, rows});
+  ASSERT_TRUE(together.stats.ok()) << together.stats.status();
+  std::set<size_t> lengths;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    Translated alone = Translate(*executor_, ExecBatch{scheduler::Solver::kEuler, {rows[r]}});
+    ASSERT_TRUE(alone.stats.ok());
+    EXPECT_EQ(together.done_calls[r], 1);
+    EXPECT_EQ(together.tokens[r], alone.tokens[0]) << "row " << r;
+    EXPECT_NEAR(together.scores[r], alone.scores[0], 1e-4) << "row " << r;
+    lengths.insert(together.tokens[r].size());
+  }
+  EXPECT_GT(lengths.size(), 1u) << "rows must end at different positions for this test to mean anything";
+}
+
+TEST_F(TranslationExecutorTest, OutputLimitAndCostCountersAreExact) {
+  const int steps = 3;
+  Translated run = Translate(*executor_, ExecBatch{scheduler::Solver::kEuler, {RowOf(1, 4, steps, 1, 5), RowOf(3, 4, steps, 1, 2)}});
+  ASSERT_TRUE(run.stats.ok());
+  EXPECT_LE(run.tokens[0].size(), 5u);
+  EXPECT_LE(run.tokens[1].size(), 2u);
+  // Greedy: a row that generated n tokens ran n + 1 positions if it ended by EOS, n if it hit
+  // its limit; each position runs `steps` field calls over the rows still live.
+  auto positions = [](size_t generated, int limit) { return generated == size_t(limit) ? int(generated) : int(generated) + 1; };
+  const int p0 = positions(run.tokens[0].size(), 5), p1 = positions(run.tokens[1].size(), 2);
+  EXPECT_EQ(run.stats->decoder_calls, int64_t{steps} * std::max(p0, p1));
+  EXPECT_EQ(run.stats->decoder_row_evaluations, int64_t{steps} * (p0 + p1));
+}
+
+TEST_F(TranslationExecutorTest, AbandonedRowLeavesAtTheNextPosition) {
+  // Rows are polled after each encoder iteration they continue past (encoder_steps - 1 polls),
+  // then after each decoder position; row 1 is abandoned after `positions` decoder positions.
+  const int encoder_steps = 4, steps = 4, positions = 2;
+  const int k = (encoder_steps - 1) + positions;
+  // Row 1 is a text whose translation outlives the abandonment (the random test model ends some
+  // texts at once).
+  size_t long_text = tiny_->rows.size();
+  for (size_t text = 0; text < tiny_->rows.size() && long_text == tiny_->rows.size(); ++text) {
+    Translated alone = Translate(*executor_, ExecBatch{scheduler::Solver::kEuler, {RowOf(text, encoder_steps, steps, 1, 12)}});
+    if (alone.stats.ok() && alone.tokens[0].size() > size_t{positions}) long_text = text;
+  }
+  ASSERT_LT(long_text, tiny_->rows.size()) << "no test text translates to more than " << positions << " tokens";
+  const ExecBatch batch{scheduler::Solver::kEuler,
+                        {RowOf(0, encoder_steps, steps, 1, 12), RowOf(long_text, encoder_steps, steps, 1, 12)}};
+  Translated full = Translate(*executor_, batch);
+  ASSERT_TRUE(full.stats.ok());
+  std::vector<int> polls(2, 0);
+  Translated run = Translate(*executor_, batch, [&](size_t row) { return ++polls.at(row) >= k && row == 1; });
+  ASSERT_TRUE(run.stats.ok());
+  EXPECT_EQ(run.done_calls, (std::vector<int>{1, 0}));
+  EXPECT_EQ(polls[1], k) << "an abandoned row is not polled again";
+  EXPECT_EQ(run.tokens[0], full.tokens[0]) << "the row that stayed is unaffected";
+  const int p0 = full.tokens[0].size() == 12u ? 12 : int(full.tokens[0].size()) + 1;
+  EXPECT_EQ(run.stats->decoder_row_evaluations, int64_t{steps} * (p0 + positions));
 }
 
 TEST(TorchExecutor, AllRowsAbandonedEndsTheRunAtOnce) {
