@@ -217,9 +217,11 @@ def encode_memory(model: SharedTranslator, ids: Tensor, mask: Tensor, enc_steps:
 
 
 def beam_search(model: SharedTranslator, ids: Tensor, mask: Tensor, enc_steps: int, dec_steps: int,
-                beam: int, max_out: List[int]) -> List[Tuple[List[int], float]]:
+                beam: int, max_out: List[int], min_out: int = 1) -> List[Tuple[List[int], float]]:
     """The server's search (server/runtime/translation_executor.cc), in Python, for parity tests
-    and offline evaluation: per row (tokens without BOS/EOS, log-prob / generated tokens)."""
+    and offline evaluation: per row (tokens without BOS/EOS, log-prob / generated tokens).
+    max_out[b] == 0 takes the server's default from the row's length; EOS is no candidate
+    before min_out tokens."""
     memory = encode_memory(model, ids, mask, enc_steps)
     B = ids.size(0)
     ck, cv, cbias = model.cross_kv(memory, mask)
@@ -227,7 +229,9 @@ def beam_search(model: SharedTranslator, ids: Tensor, mask: Tensor, enc_steps: i
     ck, cv, cbias = ck.index_select(0, expand), cv.index_select(0, expand), cbias.index_select(0, expand)
     live = []
     for b in range(B):
-        live.append(dict(row=b, max_out=max(1, min(max_out[b], model.max_len)), beams=[[] for _ in range(beam)],
+        limit = max_out[b] or default_max_output_tokens(int(mask[b].sum()), model.max_len)
+        limit = max(1, min(limit, model.max_len))
+        live.append(dict(row=b, max_out=limit, min_out=min(min_out, limit), beams=[[] for _ in range(beam)],
                          scores=[0.0] + [DEAD_BEAM] * (beam - 1), finished=[]))
     empty = torch.zeros(B * beam, model.num_heads, 0, model.head_dim)
     caches = [(empty, empty) for _ in range(dec_steps)]
@@ -259,6 +263,8 @@ def beam_search(model: SharedTranslator, ids: Tensor, mask: Tensor, enc_steps: i
                     break
                 so_far = list(r["beams"][parent])
                 if token == model.eos_id:
+                    if position < r["min_out"]:
+                        continue
                     if c < beam:
                         r["finished"].append((so_far, score / (position + 1)))
                     continue
@@ -285,38 +291,3 @@ def beam_search(model: SharedTranslator, ids: Tensor, mask: Tensor, enc_steps: i
             caches = [(k.index_select(0, index), v.index_select(0, index)) for k, v in caches]
             ck, cv, cbias = ck.index_select(0, index), cv.index_select(0, index), cbias.index_select(0, index)
     return results
-
-
-def greedy_decode(model: SharedTranslator, ids: Tensor, mask: Tensor, enc_steps: int,
-                  dec_steps: int, max_out: int):
-    """Reference incremental greedy decoding through the exported methods (the server's loop
-    in Python): returns token id lists without BOS/EOS."""
-    memory = model.input_stage(ids, mask)
-    dt = float(model.encoder_depth) / enc_steps
-    for _ in range(enc_steps):
-        memory = memory + dt * model.vector_field(memory, mask)
-    memory = model.output_stage(memory, mask)
-    ck, cv, cbias = model.cross_kv(memory, mask)
-    B = ids.size(0)
-    empty = torch.zeros(B, model.num_heads, 0, model.head_dim)
-    caches = [(empty, empty) for _ in range(dec_steps)]
-    tokens = torch.full((B,), model.bos_id, dtype=torch.long)
-    out = [[] for _ in range(B)]
-    done = [False] * B
-    ddt = float(model.decoder_depth) / dec_steps
-    for t in range(max_out):
-        g = model.decoder_input(tokens, torch.full((B,), t, dtype=torch.long))
-        for i in range(dec_steps):
-            f, k, v = model.decoder_field(g, caches[i][0], caches[i][1], ck, cv, cbias)
-            caches[i] = (k, v)
-            g = g + ddt * f
-        tokens = model.decoder_logits(g).argmax(-1)
-        for b in range(B):
-            if not done[b]:
-                if int(tokens[b]) == model.eos_id:
-                    done[b] = True
-                else:
-                    out[b].append(int(tokens[b]))
-        if all(done):
-            break
-    return out

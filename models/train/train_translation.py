@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from odeserve_models.translation import SharedTranslator, greedy_decode  # noqa: E402
+from odeserve_models.translation import SharedTranslator, beam_search  # noqa: E402
 import sentencepiece as spm  # noqa: E402
 
 DATA = os.path.join(HERE, "..", "data", "raw", "datasets")
@@ -188,7 +188,7 @@ def evaluate(model, valid, a, tok, steps_pairs, n_bleu=150):
         for i in range(0, len(shorts), 32):
             ids = list(range(i, min(i + 32, len(shorts))))
             src, mask, _, _ = collate(shorts, ids, tok.bos_id, tok.eos_id, tok.pad_id)
-            for o in greedy_decode(model, src, mask, a.encoder_depth, a.decoder_depth, 64):
+            for o, _ in beam_search(model, src, mask, a.encoder_depth, a.decoder_depth, 1, [64] * len(ids)):
                 hyps.append(tok.decode_ids(o))
         try:
             from odeserve_models.mt_metrics import corpus_bleu

@@ -120,6 +120,12 @@ absl::Status ValidateDecode(const Servable& s, const v1::ComputeOptions& compute
                                                    " is outside model '", name, "' range [", range.min(),
                                                    ", ", range.max(), "]"));
   }
+  if (compute.min_steps() > range.max()) {
+    return absl::InvalidArgumentError(absl::StrCat("compute.min_steps ", compute.min_steps(),
+                                                   " is above model '", name, "' decoder step range [",
+                                                   range.min(), ", ", range.max(),
+                                                   "] (min_steps is a floor for the encoder and the decoder)"));
+  }
   if (beam_size < 0 || beam_size > t.max_beam_size()) {
     return absl::InvalidArgumentError(absl::StrCat("beam_size ", beam_size, " is outside [0, ",
                                                    t.max_beam_size(), "] (model '", name,
@@ -391,6 +397,7 @@ void InferenceCore::Translate(const CallContext& call, const v1::TranslateReques
       response->add_scores(result.scores[i]);
     }
     response->mutable_report()->set_output_tokens(output_tokens);
+    s.metrics->ObserveDecode(response->report().decoder_steps(), output_tokens);
   };
   RunModel(call, v1::TRANSLATION, "Translate", request.model(), request.inputs(), request.compute(),
            request.truncate(), &decode, std::move(fill), response->mutable_report(), std::move(done));

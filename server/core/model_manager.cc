@@ -121,6 +121,14 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
                    runtime::TorchModel::Load((dir / config.torchscript_file()).string(), device,
                                              config.trained_depth(),
                                              translation ? config.translation().decoder_trained_depth() : 0));
+  if (translation && (model->bos_id() != servable->tokenizer->bos_id() ||
+                      model->eos_id() != servable->tokenizer->eos_id() ||
+                      model->vocab_size() != servable->tokenizer->vocab_size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        (dir / config.torchscript_file()).string(), ": decoder bos/eos/vocabulary (", model->bos_id(), "/",
+        model->eos_id(), "/", model->vocab_size(), ") differ from ", config.tokenizer().model_file(), " (",
+        servable->tokenizer->bos_id(), "/", servable->tokenizer->eos_id(), "/", servable->tokenizer->vocab_size(), ")"));
+  }
   if (translation && model->decoder_positions() < config.translation().max_output_tokens()) {
     return absl::InvalidArgumentError(absl::StrCat(
         (dir / config.torchscript_file()).string(), ": the decoder has ", model->decoder_positions(),
@@ -142,7 +150,7 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
   const tokenizer::EncodedText probe = WarmupRow(*servable->tokenizer, std::min(8, config.max_sequence_length()));
   if (probe.ids.empty()) return absl::InvalidArgumentError(absl::StrCat(dir.string(), ": tokenizer produced no tokens for the probe text"));
   scheduler::ExecBatch probe_batch;
-  const scheduler::DecodeSpec probe_decode{translation ? 1 : 0, 2, 2};
+  const scheduler::DecodeSpec probe_decode{translation ? 1 : 0, 2, 2, 1};
   probe_batch.rows.push_back({&probe, 1, probe_decode});
   int width = -1;
   ASSIGN_OR_RETURN(auto probe_stats, executor->Run(probe_batch,
@@ -200,12 +208,12 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
     }
     const int depth = config.trained_depth();
     const int decoder_depth = translation ? config.translation().decoder_trained_depth() : 0;
-    // Translation shapes also vary decoder steps, beams and output length (the probe text
-    // never ends, so decoding runs to max_output_tokens).
+    // Translation shapes also vary decoder steps, beams and output length.
     struct Shape { int rows; bool long_rows; int steps; scheduler::DecodeSpec decode; };
     const int mid = std::max(1, max_batch / 4);
     const auto dec = [&](int steps, int beam, int outputs) {
-      return translation ? scheduler::DecodeSpec{std::max(1, steps), beam, outputs} : scheduler::DecodeSpec{};
+      // min = max output: calibration decodes exactly `outputs` positions, EOS or not.
+      return translation ? scheduler::DecodeSpec{std::max(1, steps), beam, outputs, outputs} : scheduler::DecodeSpec{};
     };
     const std::vector<Shape> shapes = {
         {1, false, 1, dec(1, 1, 4)}, {1, false, 1, dec(1, 1, 4)},  // discarded: one-time costs

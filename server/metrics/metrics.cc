@@ -57,6 +57,11 @@ void ModelMetrics::ObserveCall(double queue_seconds, double compute_seconds, int
   input_tokens_->Increment(input_tokens);
 }
 
+void ModelMetrics::ObserveDecode(int decoder_steps, int output_tokens) {
+  decoder_steps_->Observe(decoder_steps);
+  output_tokens_->Increment(output_tokens);
+}
+
 void ModelMetrics::ObserveBudget(const std::string& outcome) {
   if (outcome == "met") budget_met_->Increment();
   else if (outcome == "missed") budget_missed_->Increment();
@@ -92,6 +97,10 @@ Metrics::Metrics(const BuildInfo& build)
                       .Help("|predicted - measured| / measured batch compute time.").Register(*registry_)),
       input_tokens_(prometheus::BuildCounter().Name("odeserve_input_tokens_total")
                         .Help("Tokens of served inputs after truncation.").Register(*registry_)),
+      decoder_steps_(prometheus::BuildHistogram().Name("odeserve_decoder_steps")
+                         .Help("Translation: decoder ODE steps per generated position, per call.").Register(*registry_)),
+      output_tokens_(prometheus::BuildCounter().Name("odeserve_output_tokens_total")
+                         .Help("Translation: tokens generated (EOS not counted).").Register(*registry_)),
       model_info_(prometheus::BuildGauge().Name("odeserve_model_info")
                       .Help("Loaded models (value 1).").Register(*registry_)),
       model_load_seconds_(prometheus::BuildGauge().Name("odeserve_model_load_seconds")
@@ -126,6 +135,8 @@ ModelMetrics* Metrics::AddModel(const std::string& model, const std::string& ver
   m.queue_depth_ = &queue_depth_.Add(labels);
   m.in_flight_ = &in_flight_.Add(labels);
   m.input_tokens_ = &input_tokens_.Add(labels);
+  m.decoder_steps_ = &decoder_steps_.Add(labels, StepBuckets());
+  m.output_tokens_ = &output_tokens_.Add(labels);
   m.budget_met_ = &budget_.Add({{"model", model}, {"outcome", "met"}});
   m.budget_missed_ = &budget_.Add({{"model", model}, {"outcome", "missed"}});
   m.budget_refused_ = &budget_.Add({{"model", model}, {"outcome", "refused"}});

@@ -30,6 +30,8 @@ class ModelMetrics : public scheduler::SchedulerObserver {
 
   /// One finished call's scheduler timings and choice.
   void ObserveCall(double queue_seconds, double compute_seconds, int steps, int input_tokens);
+  /// Translation: the decoder steps a call ran and the tokens it generated.
+  void ObserveDecode(int decoder_steps, int output_tokens);
   /// Budget outcome: "met", "missed" or "refused".
   void ObserveBudget(const std::string& outcome);
   prometheus::Gauge& in_flight() { return *in_flight_; }
@@ -45,6 +47,8 @@ class ModelMetrics : public scheduler::SchedulerObserver {
   prometheus::Gauge* queue_depth_ = nullptr;
   prometheus::Gauge* in_flight_ = nullptr;
   prometheus::Counter* input_tokens_ = nullptr;
+  prometheus::Histogram* decoder_steps_ = nullptr;
+  prometheus::Counter* output_tokens_ = nullptr;
   prometheus::Counter* budget_met_ = nullptr;
   prometheus::Counter* budget_missed_ = nullptr;
   prometheus::Counter* budget_refused_ = nullptr;
@@ -95,6 +99,8 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& in_flight_;
   prometheus::Family<prometheus::Histogram>& cost_error_;
   prometheus::Family<prometheus::Counter>& input_tokens_;
+  prometheus::Family<prometheus::Histogram>& decoder_steps_;
+  prometheus::Family<prometheus::Counter>& output_tokens_;
   prometheus::Family<prometheus::Gauge>& model_info_;
   prometheus::Family<prometheus::Gauge>& model_load_seconds_;
   prometheus::Family<prometheus::Gauge>& build_info_;

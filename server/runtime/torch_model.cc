@@ -13,7 +13,7 @@ constexpr const char* kRequiredMethods[] = {"input_stage", "vector_field", "outp
                                             "forward"};
 constexpr const char* kDecoderMethods[] = {"cross_kv", "decoder_input", "decoder_field",
                                            "decoder_logits"};
-constexpr const char* kDecoderAttributes[] = {"decoder_depth", "max_len", "bos_id", "eos_id"};
+constexpr const char* kDecoderAttributes[] = {"decoder_depth", "max_len", "bos_id", "eos_id", "vocab_size"};
 
 }  // namespace
 
@@ -103,6 +103,7 @@ absl::StatusOr<std::unique_ptr<TorchModel>> TorchModel::Load(const std::string& 
       model->decoder_positions_ = static_cast<int>(m.attr("max_len").toInt());
       model->bos_id_ = m.attr("bos_id").toInt();
       model->eos_id_ = m.attr("eos_id").toInt();
+      model->vocab_size_ = static_cast<int>(m.attr("vocab_size").toInt());
     }
     return model;
   } catch (const c10::Error& e) {

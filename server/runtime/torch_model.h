@@ -56,6 +56,7 @@ class TorchModel {
   int decoder_positions() const { return decoder_positions_; }  // the decoder's position table
   int64_t bos_id() const { return bos_id_; }
   int64_t eos_id() const { return eos_id_; }
+  int vocab_size() const { return vocab_size_; }  // width of decoder_logits
 
   int trained_depth() const { return trained_depth_; }
   int64_t parameter_count() const { return parameter_count_; }
@@ -77,6 +78,7 @@ class TorchModel {
   int decoder_positions_ = 0;
   int64_t bos_id_ = -1;
   int64_t eos_id_ = -1;
+  int vocab_size_ = 0;
   int64_t parameter_count_ = 0;
 };
 

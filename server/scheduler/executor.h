@@ -23,7 +23,8 @@ const char* SolverName(Solver solver);
 struct DecodeSpec {
   int decoder_steps = 0;      // 0: not a translation row
   int beam_size = 1;          // 1 = greedy
-  int max_output_tokens = 0;  // tokens the decoder may generate, EOS included
+  int max_output_tokens = 0;  // positions the decoder may run (a cut-off output has no EOS)
+  int min_output_tokens = 1;  // EOS is not a candidate before this many tokens (no empty output)
 };
 
 /// The output length the server allows when a call does not set one: twice the input tokens

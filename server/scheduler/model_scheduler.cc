@@ -133,6 +133,13 @@ absl::Duration ModelScheduler::EstimateQueueDelay() const {
   if (queued_.rows > 0) {
     CostShape queued = queued_;
     queued.batches = (queued_.rows + options_.max_batch_size - 1) / options_.max_batch_size;
+    if (queued.decoder_calls > 0) {
+      // Calls that share a batch share its decoder calls: each batch runs about as many as its
+      // longest call.
+      int64_t longest_decode = 0;
+      for (const auto& entry : queue_) longest_decode = std::max(longest_decode, entry->remaining_work().decoder_calls);
+      queued.decoder_calls = queued.batches * longest_decode;
+    }
     wait += absl::Seconds(cost_model_.Predict(queued));
   }
   // A batch that does not fill waits this long for company before it starts.

@@ -147,7 +147,7 @@ void BM_Translate(benchmark::State& state) {
   }
   scheduler::ExecBatch batch;
   for (const auto& input : inputs) {
-    batch.rows.push_back({&input, m.config.trained_depth(), scheduler::DecodeSpec{decoder_steps, beam, 0}});
+    batch.rows.push_back({&input, m.config.trained_depth(), scheduler::DecodeSpec{decoder_steps, beam, 0, 1}});
   }
   int64_t generated = 0;
   for (auto _ : state) {

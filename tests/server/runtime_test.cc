@@ -382,7 +382,7 @@ class TranslationExecutorTest : public ::testing::Test {
                                                                tiny_->config.translation().max_output_tokens());
   }
   ExecRow RowOf(size_t text, int encoder_steps, int decoder_steps, int beam, int max_output = 0) {
-    return {&tiny_->rows[text], encoder_steps, scheduler::DecodeSpec{decoder_steps, beam, max_output}};
+    return {&tiny_->rows[text], encoder_steps, scheduler::DecodeSpec{decoder_steps, beam, max_output, 1}};
   }
   std::unique_ptr<TinyModel> tiny_;
   std::unique_ptr<runtime::TranslationExecutor> executor_;

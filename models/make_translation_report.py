@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Write the translation section of models/EVAL.md from models/work/eval/translation.json
+(models/eval_translation.py). The section sits between the markers below and is replaced in
+place; the rest of EVAL.md (make_report.py) is left alone.
+
+    /usr/bin/python3 models/make_translation_report.py --served translate-en-de \
+        --plain translate-en-de --uski translate-en-de-uski --fixed translate-en-de-fixed
+"""
+import argparse
+import json
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BEGIN, END = "<!-- translation:begin -->", "<!-- translation:end -->"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--eval", default=os.path.join(HERE, "work", "eval", "translation.json"))
+    ap.add_argument("--served", required=True)
+    ap.add_argument("--plain", required=True)
+    ap.add_argument("--uski", required=True)
+    ap.add_argument("--fixed", required=True)
+    ap.add_argument("--notes", default="", help="markdown appended to the section (training budget etc.)")
+    a = ap.parse_args()
+    ev = json.load(open(a.eval, encoding="utf-8"))
+    manifest = json.load(open(os.path.join(HERE, "data", "manifest-translation.json")))
+    res = ev["results"]
+
+    def get(model, dataset, enc, dec, beam=1):
+        for r in res:
+            if (r["model"], r["dataset"], r["encoder_steps"], r["decoder_steps"], r["beam"]) == (model, dataset, enc, dec, beam):
+                return r
+        return None
+
+    grid = sorted({r["encoder_steps"] for r in res if r["model"] == a.served and r["dataset"] == "test-short"})
+    L = max(grid)
+    half = L // 2
+    files = manifest["files"]
+    out = [BEGIN, "", "## Translation en -> de (`translate-en-de`), through the served C++ path", ""]
+    out.append("Every figure below is BLEU (sacreBLEU-compatible: 13a tokenization, exp smoothing, our own "
+               "`odeserve_models/mt_metrics.py`, checked against sacreBLEU's published values in "
+               "`tests/models/test_mt_metrics.py`) or chrF (chrF2, character 6-grams) of translations produced by "
+               "the running C++ server (`Translate` over gRPC), on held-out DDTP pairs of packages whose source "
+               "package is in the test split. Test set: %d short descriptions, %d paragraphs evaluated "
+               "(of %d). Training pairs: %d (%d short + %d aligned paragraphs). Command: `%s`."
+               % (ev["test_short"], ev["test_paragraphs"], files["translate-test-en-de.jsonl"]["para"],
+                  files["translate-train-en-de.jsonl"]["rows"], files["translate-train-en-de.jsonl"]["short"],
+                  files["translate-train-en-de.jsonl"]["para"], ev["command"].replace(HERE + "/", "models/")))
+    out.append("")
+    out.append("### At full steps (encoder %d, decoder %d)" % (L, L))
+    out.append("")
+    out.append("| system | short BLEU greedy | short BLEU beam 4 | short chrF greedy | paragraphs BLEU greedy | paragraphs BLEU beam 4 |")
+    out.append("| --- | --- | --- | --- | --- | --- |")
+    cs = ev["copy_source"]
+    out.append("| copy the source (baseline) | %.2f | - | %.2f | %.2f | - |" % (cs["short"]["bleu"], cs["short"]["chrf"], cs["paragraphs"]["bleu"]))
+    for label, model in (("step-robust, plain", a.plain), ("step-robust, USKI pre-training", a.uski), ("fixed depth, plain", a.fixed)):
+        g, b = get(model, "test-short", L, L), get(model, "test-short", L, L, 4)
+        pg, pb = get(model, "test-paragraphs", L, L), get(model, "test-paragraphs", L, L, 4)
+        served = " (served as `%s`)" % a.served.split("/")[-1] if model == a.served else ""
+        fmt = lambda r, k: "%.2f" % r[k] if r else "-"  # noqa: E731
+        out.append("| %s%s | %s | %s | %s | %s | %s |" % (label, served, fmt(g, "bleu"), fmt(b, "bleu"), fmt(g, "chrf"),
+                                                        fmt(pg, "bleu"), fmt(pb, "bleu")))
+    out.append("")
+    out.append("### BLEU at every (encoder steps, decoder steps), greedy, test short descriptions")
+    out.append("")
+    for label, model in (("step-robust, plain", a.plain), ("step-robust, USKI", a.uski), ("fixed depth", a.fixed)):
+        out.append("**%s** (`%s`): rows = encoder steps, columns = decoder steps; last column: decoded tokens/s "
+                   "at that row's encoder steps and L decoder steps vs L/2 (server compute time, batches of 32)" % (label, model))
+        out.append("")
+        out.append("| enc \\ dec | " + " | ".join(str(d) for d in grid) + " |")
+        out.append("| --- | " + " | ".join("---" for _ in grid) + " |")
+        for e in grid:
+            cells = []
+            for d in grid:
+                r = get(model, "test-short", e, d)
+                cells.append("%.2f" % r["bleu"] if r else "-")
+            out.append("| %d | %s |" % (e, " | ".join(cells)))
+        out.append("")
+        full, halfr = get(model, "test-short", L, L), get(model, "test-short", L, half)
+        if full and halfr:
+            tps = lambda r: r["output_tokens"] / max(1e-9, r["compute_s"])  # noqa: E731
+            out.append("Decoder at L/2 = %d steps (encoder %d): BLEU %.2f vs %.2f at L (%+.2f); %.0f vs %.0f decoded "
+                       "tokens/s in the server (%.2fx)." % (half, L, halfr["bleu"], full["bleu"], halfr["bleu"] - full["bleu"],
+                                                            tps(halfr), tps(full), tps(halfr) / tps(full)))
+            out.append("")
+    out.append("### Samples (test set, %s, full steps, greedy)" % a.served)
+    out.append("")
+    out.append("| English | served translation | DDTP reference |")
+    out.append("| --- | --- | --- |")
+    r = get(a.served, "test-short", L, L)
+    for en, hyp, ref in (r["samples"] if r else []):
+        esc = lambda t: t.replace("|", "\\|")  # noqa: E731
+        out.append("| %s | %s | %s |" % (esc(en), esc(hyp), esc(ref)))
+    out.append("")
+    if a.notes:
+        out.append(a.notes)
+        out.append("")
+    out.append(END)
+    section = "\n".join(out)
+    path = os.path.join(HERE, "EVAL.md")
+    text = open(path, encoding="utf-8").read()
+    if BEGIN in text:
+        text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    open(path, "w", encoding="utf-8").write(text)
+    print(section)
+
+
+if __name__ == "__main__":
+    main()
