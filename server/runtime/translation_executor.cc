@@ -22,6 +22,7 @@ struct Finished {
 struct RowSearch {
   size_t row = 0;                           // index into batch.rows
   int max_output = 1;
+  int min_output = 1;                       // EOS is no candidate before this many tokens
   std::vector<std::vector<int32_t>> beams;  // K live hypotheses (tokens so far)
   std::vector<float> scores;                // their summed log-probabilities
   std::vector<Finished> finished;
@@ -106,7 +107,6 @@ void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const s
   select_cross(expand);
 
   std::vector<RowSearch> live(rows.size());
-  std::vector<int> min_output;  // aligned with `live`
   for (size_t i = 0; i < rows.size(); ++i) {
     live[i].row = rows[i];
     const auto& decode = batch.rows[rows[i]].decode;
@@ -116,7 +116,7 @@ void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const s
                                               static_cast<int>(batch.rows[rows[i]].input->ids.size()),
                                               max_output_tokens_),
                                     1, max_output_tokens_);
-    min_output.push_back(std::min(decode.min_output_tokens, live[i].max_output));
+    live[i].min_output = std::min(decode.min_output_tokens, live[i].max_output);
     live[i].beams.assign(beam, {});
     live[i].scores.assign(beam, kDeadBeam);
     live[i].scores[0] = 0;
@@ -163,7 +163,6 @@ void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const s
     const auto index_at = top_index.accessor<int64_t, 2>();
 
     std::vector<RowSearch> still_live;
-    std::vector<int> still_min_output;
     std::vector<int64_t> parents;  // hypothesis index (this iteration) of each kept hypothesis
     next_tokens.clear();
     for (size_t i = 0; i < live.size(); ++i) {
@@ -179,7 +178,7 @@ void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const s
         if (score <= kDeadBeam / 2) break;  // only dead beams remain
         std::vector<int32_t> tokens_so_far = search.beams[parent];
         if (token == eos) {
-          if (position < min_output[i]) continue;  // too short to end yet
+          if (position < search.min_output) continue;  // too short to end yet
           if (c < beam) {
             search.finished.push_back({std::move(tokens_so_far), score / float(position + 1)});
           }
@@ -213,11 +212,9 @@ void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const s
       for (int64_t k = 0; k < beam; ++k) next_tokens.push_back(search.beams[k].back());
       parents.insert(parents.end(), row_parents.begin(), row_parents.end());
       still_live.push_back(std::move(search));
-      still_min_output.push_back(min_output[i]);
     }
     const bool rows_left = still_live.size() < live.size();
     live.swap(still_live);
-    min_output.swap(still_min_output);
     if (live.empty()) break;
     bool identity = static_cast<int64_t>(parents.size()) == hypotheses;
     for (size_t k = 0; identity && k < parents.size(); ++k) identity = parents[k] == static_cast<int64_t>(k);
