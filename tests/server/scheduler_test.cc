@@ -833,6 +833,136 @@ TEST_F(Planning, WithoutAProfileQualityGrowsWithSteps) {
 
 // ---- Cost model ------------------------------------------------------------------------------
 
+// ---- Translation planning --------------------------------------------------------------------
+
+// A decoder-aware synthetic machine: 1 ms per batch, 10 us per token evaluation, 1 ms per
+// decoder call and 0.1 ms per hypothesis row of a call; decoding runs max_output_tokens.
+class FakeDecoderExecutor : public BatchExecutor {
+ public:
+  absl::StatusOr<ExecStats> Run(const ExecBatch& batch, const RowDoneFn& on_done, const RowAbandonedFn&) override {
+    ExecStats stats;
+    int64_t longest = 0;
+    int steps = 0;
+    for (const auto& row : batch.rows) {
+      longest = std::max<int64_t>(longest, row.input->ids.size());
+      steps = std::max(steps, row.steps);
+    }
+    stats.padded_tokens = longest * static_cast<int64_t>(batch.rows.size());
+    stats.token_evaluations = stats.padded_tokens * steps;
+    std::map<std::pair<int, int>, std::pair<int64_t, int64_t>> groups;  // (steps, beam) -> (calls, rows)
+    for (const auto& row : batch.rows) {
+      auto& group = groups[{row.decode.decoder_steps, row.decode.beam_size}];
+      group.first = std::max<int64_t>(group.first, int64_t{row.decode.max_output_tokens} * row.decode.decoder_steps);
+      group.second += row.decode.beam_size;
+    }
+    for (const auto& [key, group] : groups) {
+      stats.decoder_calls += group.first;
+      stats.decoder_row_evaluations += group.first * group.second;
+    }
+    stats.seconds = 1e-3 + 1e-5 * double(stats.token_evaluations) + 1e-3 * double(stats.decoder_calls) +
+                    1e-4 * double(stats.decoder_row_evaluations);
+    const std::vector<int32_t> tokens = {7, 8, 9};
+    for (size_t r = 0; r < batch.rows.size(); ++r) {
+      RowOutput output;
+      output.tokens = absl::MakeConstSpan(tokens);
+      on_done(r, output);
+    }
+    return stats;
+  }
+};
+
+class TranslationPlanning : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SchedulerOptions options = Options();
+    options.min_decoder_steps = 1;
+    options.max_decoder_steps = 6;
+    options.default_decoder_steps = 6;
+    options.max_steps = 6;
+    options.solvers = {Solver::kEuler};
+    for (int e : {1, 3, 6}) {
+      for (int d : {1, 3, 6}) options.candidates.push_back({Solver::kEuler, e, 10.0 + e + 2.0 * d, d});
+    }
+    scheduler_ = std::make_unique<ModelScheduler>(options, std::make_shared<FakeDecoderExecutor>());
+    for (int length : {5, 10, 20}) rows_.push_back(Row(100 + length, length));
+    std::vector<ExecBatch> batches;
+    for (const auto& row : rows_) {
+      for (int rows : {1, 3}) {
+        for (int beam : {1, 4}) {
+          for (int decoder_steps : {1, 6}) {
+            ExecBatch batch;
+            for (int i = 0; i < rows; ++i) {
+              batch.rows.push_back({&row, 1 + decoder_steps % 5, DecodeSpec{decoder_steps, beam, 4 * rows + 4, 1}});
+            }
+            batches.push_back(batch);
+          }
+        }
+      }
+    }
+    ASSERT_TRUE(scheduler_->Calibrate({}, batches).ok());
+  }
+  // One 10-token input expecting 20 output tokens: about 1 ms + 22 ms per decoder step, plus
+  // the 1 ms queue delay.
+  PlanRequest Budgeted(absl::Duration budget, int expected_output = 20) {
+    PlanRequest request;
+    request.rows = 1;
+    request.padded_tokens = 10;
+    request.expected_output_tokens = expected_output;
+    request.budget = budget;
+    return request;
+  }
+  std::unique_ptr<ModelScheduler> scheduler_;
+  std::vector<tokenizer::EncodedText> rows_;
+};
+
+TEST_F(TranslationPlanning, CalibrationRecoversTheDecoderCosts) {
+  const auto c = scheduler_->cost_model().Snapshot().coefficients;
+  EXPECT_NEAR(c.per_decoder_call, 1e-3, 1e-5);
+  EXPECT_NEAR(c.per_decoder_row_evaluation, 1e-4, 1e-6);
+}
+
+TEST_F(TranslationPlanning, TheBudgetBuysEncoderAndDecoderStepsByTheirMeasuredQuality) {
+  auto plan = scheduler_->MakePlan(Budgeted(absl::Seconds(1)));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->steps, 6);
+  EXPECT_EQ(plan->decoder_steps, 6);
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(plan->predicted_total), 1 + 1 + 0.6 + 6 * 22, 0.5);
+  // 100 ms: the decoder at 6 steps (134 ms) does not fit; 3 decoder steps with the full encoder
+  // (quality 22) beats every cheaper pair.
+  plan = scheduler_->MakePlan(Budgeted(absl::Milliseconds(100)));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->steps, 6);
+  EXPECT_EQ(plan->decoder_steps, 3);
+  EXPECT_EQ(plan->choice, StepChoiceKind::kBudget);
+  // A longer expected output costs more decoder calls: the same budget buys fewer steps.
+  plan = scheduler_->MakePlan(Budgeted(absl::Milliseconds(100), /*expected_output=*/60));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->decoder_steps, 1);
+  // Nothing fits: the floor is the cheapest pair.
+  plan = scheduler_->MakePlan(Budgeted(absl::Milliseconds(5)));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->choice, StepChoiceKind::kBudgetFloor);
+  EXPECT_EQ(plan->steps, 1);
+  EXPECT_EQ(plan->decoder_steps, 1);
+}
+
+TEST_F(TranslationPlanning, AnExplicitDecoderStepCountIsKept) {
+  PlanRequest request = Budgeted(absl::Milliseconds(100));
+  request.decoder_steps = 1;
+  auto plan = scheduler_->MakePlan(request);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->decoder_steps, 1);
+  EXPECT_EQ(plan->steps, 6);  // the budget still chooses the encoder's
+  EXPECT_EQ(plan->choice, StepChoiceKind::kBudget);
+  request.budget.reset();
+  request.steps = 3;
+  plan = scheduler_->MakePlan(request);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->steps, 3);
+  EXPECT_EQ(plan->decoder_steps, 1);
+  EXPECT_EQ(plan->choice, StepChoiceKind::kRequested);
+}
+
 constexpr double kFixed = 2e-4, kPerRow = 1e-5, kPerToken = 2e-7, kPerTokenEvaluation = 3e-8;
 
 double Formula(int64_t rows, int64_t tokens, int64_t token_evaluations) {
