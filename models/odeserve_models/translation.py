@@ -173,7 +173,15 @@ class SharedTranslator(nn.Module):
     @torch.jit.export
     def decoder_logits(self, g: Tensor) -> Tensor:
         x = F.layer_norm(g.squeeze(1), [self.hidden_size], self.d_ln_f_w, self.d_ln_f_b, 1e-5)
-        return torch.log_softmax(F.linear(x, self.embedding, self.out_bias), dim=-1)
+        # The tied [vocab, H] projection is the largest matrix read per position. As E x^T
+        # (matrix-vector for one hypothesis) OpenBLAS runs it faster than linear(x, E) for the
+        # few rows a decoding step has: 0.76 vs 1.79 ms at 1 row, 1.69 vs 2.58 ms at 16
+        # (8000 x 256, one thread, this machine while training ran).
+        if x.size(0) == 1:
+            logits = torch.mv(self.embedding, x[0]).unsqueeze(0)
+        else:
+            logits = torch.mm(self.embedding, x.t()).t()
+        return torch.log_softmax(logits + self.out_bias, dim=-1)
 
     def forward(self, ids: Tensor, mask: Tensor) -> Tensor:
         return self.encode(ids, mask, self.encoder_depth)
