@@ -212,6 +212,31 @@ absl::Status Classify(Env& env, const std::vector<std::string>& operands) {
   return absl::OkStatus();
 }
 
+// Prints every message as it arrives: "[i] ..." lines for text so far, "[i] = ..." for final
+// ones (or one JSON object per message with --json).
+absl::Status TranslateStreamed(Env& env, const v1::TranslateRequest& req) {
+  auto ctx = NewContext(env.opt);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto reader = env.stub->TranslateStream(ctx.get(), req);
+  v1::TranslateStreamResponse message;
+  v1::ComputeReport report;
+  while (reader->Read(&message)) {
+    if (env.opt.json) {
+      env.out << ToJson(message);
+    } else {
+      env.out << absl::StrFormat("[%d] %s %s", message.index(), message.final() ? "=" : "...", message.text());
+      if (message.final()) env.out << absl::StrFormat("  (score %.3f)", message.score());
+      env.out << "\n" << std::flush;
+    }
+    if (message.has_report()) report = message.report();
+  }
+  OC_RETURN_IF_ERROR(FromGrpc(reader->Finish()));
+  if (!env.opt.json) {
+    env.out << "model " << req.model() << " | " << FormatReport(report, SinceMs(t0)) << "\n";
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Translate(Env& env, const std::vector<std::string>& operands) {
   OC_ASSIGN_OR_RETURN(auto inputs, CollectInputs(env, operands));
   v1::TranslateRequest req;
@@ -225,6 +250,7 @@ absl::Status Translate(Env& env, const std::vector<std::string>& operands) {
   req.set_beam_size(env.opt.beam_size);
   req.set_max_output_tokens(env.opt.max_output_tokens);
   req.set_truncate(env.opt.truncate);
+  if (env.opt.stream) return TranslateStreamed(env, req);
   v1::TranslateResponse resp;
   auto ctx = NewContext(env.opt);
   const auto t0 = std::chrono::steady_clock::now();
@@ -371,7 +397,7 @@ std::string CliUsage() {
 commands:
   embed [TEXT...|-]       embeddings of the inputs (--normalize)
   classify [TEXT...|-]    top-k labels of the inputs (--top_k)
-  translate [TEXT...|-]   translations of the inputs (--beam_size, --max_output_tokens)
+  translate [TEXT...|-]   translations of the inputs (--beam_size, --max_output_tokens, --stream)
   models                  every model the server holds
   model NAME              one model: metadata, quality profile, cost model
   health [SERVICE]        grpc.health.v1 Check ("" = whole server, or odeserve.v1.Inference)

@@ -22,6 +22,7 @@ struct CliOptions {
   int top_k = 0;
   int beam_size = 0;
   int max_output_tokens = 0;
+  bool stream = false;  // translate: TranslateStream, printing text as it is decoded
   std::optional<absl::Duration> deadline;  // gRPC deadline of each call
   bool json = false;
   std::string input_file;  // one input per line

@@ -322,6 +322,12 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
     item->latest_start = call.received + *budget - (plan.predicted_total - plan.predicted_queue);
   }
   item->cancelled = call.cancelled;
+  if (decode != nullptr && decode->on_text) {
+    item->progress = [tokenizer = s.tokenizer.get(), on_text = decode->on_text](size_t row,
+                                                                            absl::Span<const int32_t> tokens) {
+      on_text(row, tokenizer->Decode(std::vector<int>(tokens.begin(), tokens.end())));
+    };
+  }
   const absl::Time received = call.received;
   const Servable* servable = &s;
   const absl::Duration predicted = spent + plan.predicted_total;
@@ -386,8 +392,14 @@ void InferenceCore::Classify(const CallContext& call, const v1::ClassifyRequest&
 
 void InferenceCore::Translate(const CallContext& call, const v1::TranslateRequest& request,
                               v1::TranslateResponse* response, Completion done) {
+  RunTranslate(call, "Translate", request, DecodeRequest{request.beam_size(), request.max_output_tokens(), nullptr},
+               response, std::move(done));
+}
+
+void InferenceCore::RunTranslate(const CallContext& call, const std::string& method,
+                                 const v1::TranslateRequest& request, const DecodeRequest& decode,
+                                 v1::TranslateResponse* response, Completion done) {
   response->set_model(request.model());
-  const DecodeRequest decode{request.beam_size(), request.max_output_tokens()};
   auto fill = [response](const Servable& s, scheduler::WorkResult& result) {
     int output_tokens = 0;
     for (size_t i = 0; i < result.tokens.size(); ++i) {
@@ -399,8 +411,37 @@ void InferenceCore::Translate(const CallContext& call, const v1::TranslateReques
     response->mutable_report()->set_output_tokens(output_tokens);
     s.metrics->ObserveDecode(response->report().decoder_steps(), output_tokens);
   };
-  RunModel(call, v1::TRANSLATION, "Translate", request.model(), request.inputs(), request.compute(),
+  RunModel(call, v1::TRANSLATION, method, request.model(), request.inputs(), request.compute(),
            request.truncate(), &decode, std::move(fill), response->mutable_report(), std::move(done));
+}
+
+void InferenceCore::TranslateStream(const CallContext& call, const v1::TranslateRequest& request,
+                                    StreamWriter write, Completion done) {
+  // The unary pipeline fills a whole response; the stream sends partial texts as they come and
+  // turns that response into the final messages.
+  auto response = std::make_shared<v1::TranslateResponse>();
+  DecodeRequest decode{request.beam_size(), request.max_output_tokens(), nullptr};
+  decode.on_text = [write](size_t row, std::string text) {
+    v1::TranslateStreamResponse message;
+    message.set_index(static_cast<int>(row));
+    message.set_text(std::move(text));
+    write(std::move(message));
+  };
+  RunTranslate(call, "TranslateStream", request, decode, response.get(),
+               [response, write, done = std::move(done)](absl::Status status) {
+                 if (status.ok()) {
+                   for (int i = 0; i < response->translations_size(); ++i) {
+                     v1::TranslateStreamResponse message;
+                     message.set_index(i);
+                     message.set_text(response->translations(i));
+                     message.set_final(true);
+                     message.set_score(response->scores(i));
+                     if (i + 1 == response->translations_size()) *message.mutable_report() = response->report();
+                     write(std::move(message));
+                   }
+                 }
+                 done(std::move(status));
+               });
 }
 
 absl::Status InferenceCore::ListModels(const v1::ListModelsRequest&, v1::ListModelsResponse* response) {

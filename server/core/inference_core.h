@@ -23,6 +23,8 @@ struct CallContext {
 
 /// Called exactly once per call, possibly on another thread, after the response is filled.
 using Completion = std::function<void(absl::Status)>;
+/// Receives the messages of a streaming call, in order, on the model's batcher thread.
+using StreamWriter = std::function<void(v1::TranslateStreamResponse)>;
 
 class InferenceCore {
  public:
@@ -34,6 +36,10 @@ class InferenceCore {
                 v1::ClassifyResponse* response, Completion done);
   void Translate(const CallContext& call, const v1::TranslateRequest& request,
                  v1::TranslateResponse* response, Completion done);
+  /// Translate, streamed: `write` gets each greedy row's text after every generated token, then
+  /// every input's final text, the last message with the report; then `done` is called.
+  void TranslateStream(const CallContext& call, const v1::TranslateRequest& request, StreamWriter write,
+                       Completion done);
   absl::Status ListModels(const v1::ListModelsRequest& request, v1::ListModelsResponse* response);
   absl::Status GetModel(const v1::GetModelRequest& request, v1::GetModelResponse* response);
 
@@ -49,6 +55,8 @@ class InferenceCore {
   struct DecodeRequest {
     int beam_size = 0;
     int max_output_tokens = 0;
+    /// Optional: a greedy row's text so far, after each generated token (streaming).
+    std::function<void(size_t row, std::string text)> on_text;
   };
   /// The pipeline shared by every model RPC: admission, validation, tokenization, step choice,
   /// queueing; `fill` builds the response from the finished work. `decode` is set for
@@ -58,6 +66,8 @@ class InferenceCore {
                 const v1::ComputeOptions& compute, bool truncate, const DecodeRequest* decode,
                 std::function<void(const Servable&, scheduler::WorkResult&)> fill,
                 v1::ComputeReport* report, Completion done);
+  void RunTranslate(const CallContext& call, const std::string& method, const v1::TranslateRequest& request,
+                    const DecodeRequest& decode, v1::TranslateResponse* response, Completion done);
   /// Wraps `done` so that the call is counted in metrics and in-flight exactly once.
   Completion Track(const std::string& model, const std::string& method, absl::Time received,
                    Completion done);

@@ -155,6 +155,7 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
   int width = -1;
   ASSIGN_OR_RETURN(auto probe_stats, executor->Run(probe_batch,
       [&](size_t, const scheduler::RowOutput& out) {
+        if (out.partial) return;
         width = static_cast<int>(translation ? out.tokens.size() : out.values.size());
       },
       [](size_t) { return false; }));

@@ -22,6 +22,8 @@ class InferenceService final : public v1::Inference::CallbackService {
   grpc::ServerUnaryReactor* Translate(grpc::CallbackServerContext* context,
                                       const v1::TranslateRequest* request,
                                       v1::TranslateResponse* response) override;
+  grpc::ServerWriteReactor<v1::TranslateStreamResponse>* TranslateStream(
+      grpc::CallbackServerContext* context, const v1::TranslateRequest* request) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
                                        const v1::ListModelsRequest* request,
                                        v1::ListModelsResponse* response) override;

@@ -209,6 +209,12 @@ void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const s
       }
       search.beams = std::move(beams);
       search.scores = std::move(scores);
+      if (beam == 1) {  // greedy tokens are final as they come: report them for streaming
+        scheduler::RowOutput progress;
+        progress.tokens = absl::MakeConstSpan(search.beams[0]);
+        progress.partial = true;
+        on_done(search.row, progress);
+      }
       for (int64_t k = 0; k < beam; ++k) next_tokens.push_back(search.beams[k].back());
       parents.insert(parents.end(), row_parents.begin(), row_parents.end());
       still_live.push_back(std::move(search));

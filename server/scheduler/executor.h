@@ -53,14 +53,17 @@ struct ExecStats {
 };
 
 /// A finished row: `values` (embedding or logits) for encoders; `tokens` (without BOS/EOS)
-/// and `score` (length-normalized log-probability) for translations.
+/// and `score` (length-normalized log-probability) for translations. With `partial` set it is
+/// not finished: a greedy translation's tokens so far, reported after each position.
 struct RowOutput {
   absl::Span<const float> values;
   absl::Span<const int32_t> tokens;
   float score = 0;
+  bool partial = false;
 };
 
-/// Called once per finished row with its output.
+/// Called once per finished row with its output (and, for greedy translation rows, with each
+/// partial output before that).
 using RowDoneFn = std::function<void(size_t row, const RowOutput& output)>;
 /// Polled at each step boundary; a row for which it returns true leaves the batch unfinished.
 using RowAbandonedFn = std::function<bool(size_t row)>;

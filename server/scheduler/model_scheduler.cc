@@ -444,6 +444,10 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices, double predicted) {
     Entry& entry = *slices[owner[row].first].entry;
     if (entry.completed) return;
     const size_t index = owner[row].second;
+    if (output.partial) {
+      if (entry.item->progress) entry.item->progress(index, output.tokens);
+      return;
+    }
     entry.outputs[index].assign(output.values.begin(), output.values.end());
     if (!entry.tokens.empty()) {
       entry.tokens[index].assign(output.tokens.begin(), output.tokens.end());

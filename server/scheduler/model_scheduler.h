@@ -132,6 +132,8 @@ struct WorkItem {
   /// compute). The batcher never waits for a batch to fill past the earliest of these.
   absl::Time latest_start = absl::InfiniteFuture();
   std::function<bool()> cancelled;  // optional; polled from the batcher thread
+  /// Optional: a greedy translation row's tokens so far, after each position (batcher thread).
+  std::function<void(size_t row, absl::Span<const int32_t> tokens)> progress;
   WorkDone done;                    // called exactly once, on the batcher thread
 };
 

@@ -152,7 +152,10 @@ void BM_Translate(benchmark::State& state) {
   int64_t generated = 0;
   for (auto _ : state) {
     auto stats = m.executor->Run(
-        batch, [&](size_t, const scheduler::RowOutput& out) { generated += static_cast<int64_t>(out.tokens.size()) + 1; },
+        batch,
+        [&](size_t, const scheduler::RowOutput& out) {
+          if (!out.partial) generated += static_cast<int64_t>(out.tokens.size()) + 1;
+        },
         [](size_t) { return false; });
     if (!stats.ok()) {
       state.SkipWithError(std::string(stats.status().message()).c_str());

@@ -83,6 +83,18 @@ TEST_F(CliTest, ReadsStdinAndInputFile) {
   EXPECT_NE(err().find("error: NOT_FOUND: cannot open --input_file"), std::string::npos) << err();
 }
 
+TEST_F(CliTest, TranslateStreamPrintsTextAsItArrives) {
+  options_.model = "mt";
+  options_.stream = true;
+  ASSERT_EQ(Run({"translate", "ein", "zwei"}), 0) << err();
+  EXPECT_EQ(out().find("[0] ... de:\n[0] ... de: ein\n[1] ... de:\n[1] ... de: zwei\n"
+                       "[0] = de: ein  (score -0.500)\n[1] = de: zwei  (score -0.500)\nmodel mt | compute:"),
+            0u)
+      << out();
+  options_.model = "emb";
+  EXPECT_EQ(Run({"translate", "x"}), 1) << "the stream's error reaches the exit code";
+}
+
 TEST_F(CliTest, ServerInvalidArgumentExitsTwo) {
   options_.model = "emb";
   EXPECT_EQ(Run({"embed", "ok", ""}), 2);

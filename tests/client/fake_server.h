@@ -72,6 +72,30 @@ class FakeInference final : public v1::Inference::Service {
     return grpc::Status::OK;
   }
 
+  // Streams "de:" then "de: <input>" (partial), then the final text; the report last.
+  grpc::Status TranslateStream(grpc::ServerContext* ctx, const v1::TranslateRequest* req,
+                               grpc::ServerWriter<v1::TranslateStreamResponse>* writer) override {
+    if (auto s = Check(ctx, req->model(), "mt", req->inputs()); !s.ok()) return s;
+    for (int i = 0; i < req->inputs_size(); ++i) {
+      v1::TranslateStreamResponse m;
+      m.set_index(i);
+      m.set_text("de:");
+      writer->Write(m);
+      m.set_text(absl::StrCat("de: ", req->inputs(i)));
+      writer->Write(m);
+    }
+    for (int i = 0; i < req->inputs_size(); ++i) {
+      v1::TranslateStreamResponse m;
+      m.set_index(i);
+      m.set_text(absl::StrCat("de: ", req->inputs(i)));
+      m.set_final(true);
+      m.set_score(-0.5f);
+      if (i + 1 == req->inputs_size()) Report(req->compute(), req->inputs_size(), m.mutable_report());
+      writer->Write(m);
+    }
+    return grpc::Status::OK;
+  }
+
   grpc::Status ListModels(grpc::ServerContext* ctx, const v1::ListModelsRequest*,
                           v1::ListModelsResponse* resp) override {
     Remember(ctx);

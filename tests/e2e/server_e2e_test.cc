@@ -459,6 +459,71 @@ TEST_F(ServerTest, TranslateLimitsOutputChoosesStepsFromTheBudgetAndDescribesThe
   EXPECT_TRUE(has_decoder_points);
 }
 
+// TranslateStream sends a greedy row's text after every generated token, then every input's
+// final text (equal to the unary Translate's), the last message with the report; beam search
+// sends only final messages; bad input fails the stream with the unary call's status.
+TEST_F(ServerTest, TranslateStreamSendsTextAsItIsDecodedThenTheSameFinalTranslations) {
+  v1::TranslateRequest request;
+  request.set_model("tiny-translator");
+  request.add_inputs("library for reading and writing compressed archives");
+  request.add_inputs("x");
+  request.mutable_compute()->set_steps(kTrainedDepth);
+  request.mutable_compute()->set_decoder_steps(kTrainedDepth);
+  for (const int beam : {1, 3}) {
+    request.set_beam_size(beam);
+    grpc::ClientContext unary_context;
+    v1::TranslateResponse unary;
+    ASSERT_TRUE(stub_->Translate(&unary_context, request, &unary).ok());
+
+    grpc::ClientContext context;
+    auto reader = stub_->TranslateStream(&context, request);
+    std::vector<v1::TranslateStreamResponse> messages;
+    for (v1::TranslateStreamResponse m; reader->Read(&m);) messages.push_back(m);
+    const auto status = reader->Finish();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    std::map<int, std::vector<std::string>> partial;
+    std::map<int, v1::TranslateStreamResponse> final_message;
+    for (const auto& m : messages) {
+      ASSERT_TRUE(m.index() == 0 || m.index() == 1) << m.index();
+      EXPECT_EQ(final_message.count(m.index()), 0u) << "message after the final one of input " << m.index();
+      if (m.final()) {
+        final_message[m.index()] = m;
+      } else {
+        partial[m.index()].push_back(m.text());
+      }
+    }
+    ASSERT_EQ(final_message.size(), 2u);
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(final_message[i].text(), unary.translations(i)) << "beam " << beam;
+      EXPECT_NEAR(final_message[i].score(), unary.scores(i), 1e-5);
+    }
+    ASSERT_TRUE(messages.back().final());
+    EXPECT_TRUE(messages.back().has_report());
+    EXPECT_EQ(messages.back().report().beam_size(), beam);
+    EXPECT_EQ(messages.back().report().decoder_steps(), kTrainedDepth);
+    if (beam == 1) {
+      // The long input's greedy translation runs many tokens: one message per token but the last.
+      EXPECT_GE(partial[0].size(), 3u);
+      // One partial message per generated token, except the last one of an input that ran
+      // to its output limit.
+      const int tokens = unary.report().output_tokens();
+      const int partials = static_cast<int>(partial[0].size() + partial[1].size());
+      EXPECT_LE(partials, tokens);
+      EXPECT_GE(partials, tokens - 2);
+    } else {
+      EXPECT_TRUE(partial.empty()) << "beam search streams final texts only";
+    }
+  }
+  request.set_beam_size(99);
+  grpc::ClientContext context;
+  auto reader = stub_->TranslateStream(&context, request);
+  v1::TranslateStreamResponse ignored;
+  EXPECT_FALSE(reader->Read(&ignored));
+  const auto status = reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("beam_size 99"));
+}
+
 TEST_F(ServerTest, EveryBadTranslateInputGetsItsCodeAndMessage) {
   struct Case {
     std::string name;

@@ -353,6 +353,7 @@ struct Translated {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<float> scores;
   std::vector<int> done_calls;
+  std::vector<std::vector<std::vector<int32_t>>> partials;  // per row, in order
 };
 
 Translated Translate(TorchExecutor& executor, const ExecBatch& batch,
@@ -361,9 +362,15 @@ Translated Translate(TorchExecutor& executor, const ExecBatch& batch,
   result.tokens.resize(batch.rows.size());
   result.scores.assign(batch.rows.size(), 0);
   result.done_calls.assign(batch.rows.size(), 0);
+  result.partials.resize(batch.rows.size());
   result.stats = executor.Run(
       batch,
       [&](size_t row, const scheduler::RowOutput& output) {
+        if (output.partial) {
+          EXPECT_EQ(result.done_calls.at(row), 0) << "partial output after the final one";
+          result.partials.at(row).emplace_back(output.tokens.begin(), output.tokens.end());
+          return;
+        }
         result.tokens.at(row).assign(output.tokens.begin(), output.tokens.end());
         result.scores.at(row) = output.score;
         ++result.done_calls.at(row);
@@ -405,6 +412,22 @@ TEST_F(TranslationExecutorTest, EachRowTranslatesAsItWouldAlone) {
     lengths.insert(together.tokens[r].size());
   }
   EXPECT_GT(lengths.size(), 1u) << "rows must end at different positions for this test to mean anything";
+}
+
+TEST_F(TranslationExecutorTest, GreedyRowsReportTheirTokensAsTheyComeBeamRowsDoNot) {
+  Translated run = Translate(*executor_, ExecBatch{scheduler::Solver::kEuler,
+                                                   {RowOf(0, 4, 4, 1, 12), RowOf(1, 4, 4, 3, 12)}});
+  ASSERT_TRUE(run.stats.ok());
+  EXPECT_TRUE(run.partials[1].empty()) << "a beam's best hypothesis changes: nothing partial to report";
+  const auto& partials = run.partials[0];
+  const auto& final_tokens = run.tokens[0];
+  ASSERT_FALSE(final_tokens.empty());
+  // One partial per position that did not end the row, each one token longer, each a prefix.
+  EXPECT_EQ(partials.size(), final_tokens.size() == 12u ? 11u : final_tokens.size());
+  for (size_t i = 0; i < partials.size(); ++i) {
+    ASSERT_EQ(partials[i].size(), i + 1);
+    EXPECT_TRUE(std::equal(partials[i].begin(), partials[i].end(), final_tokens.begin())) << i;
+  }
 }
 
 TEST_F(TranslationExecutorTest, OutputLimitAndCostCountersAreExact) {
