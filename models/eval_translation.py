@@ -66,6 +66,7 @@ def main():
     ap.add_argument("--metrics_port", type=int, default=9181)
     ap.add_argument("--models", required=True)
     ap.add_argument("--grid", default="1,2,3,4,6")
+    ap.add_argument("--comparison-grid", default="", help="grid for the models after the first (default --grid)")
     ap.add_argument("--beam-points", default="6:6,6:3,3:3")
     ap.add_argument("--paragraph-points", default="6:6,6:3")
     ap.add_argument("--n-paragraphs", type=int, default=400)
@@ -73,6 +74,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "work", "eval", "translation.json"))
     a = ap.parse_args()
     grid = [int(s) for s in a.grid.split(",")]
+    comparison_grid = [int(s) for s in (a.comparison_grid or a.grid).split(",")]
     test, valid = load("test", "short"), load("valid", "short")
     paragraphs = load("test", "para")[:a.n_paragraphs]
     out = dict(command=" ".join(sys.argv), test_short=len(test), valid_short=len(valid),
@@ -84,8 +86,9 @@ def main():
     quality_targets = dict(kv.split("=", 1) for kv in a.write_quality.split(",") if kv)
     with Served(a.address, a.start, a.model_repository, a.grpc_port, a.metrics_port,
                 log_path=os.path.join(HERE, "work", "logs", "eval-translation-server.log")) as served:
-        for model in a.models.split(","):
+        for model_index, model in enumerate(a.models.split(",")):
             info = served.models.get(model)
+            model_grid = grid if model_index == 0 else comparison_grid
             assert info is not None and info.state == served.pb.READY, "%s not READY: %s" % (model, info and info.error)
 
             def run(dataset, rows, enc, dec, beam):
@@ -97,8 +100,8 @@ def main():
                 print({k: v for k, v in row.items() if k != "samples"}, flush=True)
                 return row
 
-            for enc in grid:
-                for dec in grid:
+            for enc in model_grid:
+                for dec in model_grid:
                     run("test-short", test, enc, dec, 1)
             for enc, dec in pairs_of(a.beam_points):
                 run("test-short", test, enc, dec, 4)

@@ -68,11 +68,12 @@ def main():
         out.append("**%s** (`%s`): rows = encoder steps, columns = decoder steps; last column: decoded tokens/s "
                    "at that row's encoder steps and L decoder steps vs L/2 (server compute time, batches of 32)" % (label, model))
         out.append("")
-        out.append("| enc \\ dec | " + " | ".join(str(d) for d in grid) + " |")
-        out.append("| --- | " + " | ".join("---" for _ in grid) + " |")
-        for e in grid:
+        model_grid = sorted({r["encoder_steps"] for r in res if r["model"] == model and r["dataset"] == "test-short"})
+        out.append("| enc \\ dec | " + " | ".join(str(d) for d in model_grid) + " |")
+        out.append("| --- | " + " | ".join("---" for _ in model_grid) + " |")
+        for e in model_grid:
             cells = []
-            for d in grid:
+            for d in model_grid:
                 r = get(model, "test-short", e, d)
                 cells.append("%.2f" % r["bleu"] if r else "-")
             out.append("| %d | %s |" % (e, " | ".join(cells)))
