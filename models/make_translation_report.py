@@ -65,8 +65,7 @@ def main():
     out.append("### BLEU at every (encoder steps, decoder steps), greedy, test short descriptions")
     out.append("")
     for label, model in (("step-robust, plain", a.plain), ("step-robust, USKI", a.uski), ("fixed depth", a.fixed)):
-        out.append("**%s** (`%s`): rows = encoder steps, columns = decoder steps; last column: decoded tokens/s "
-                   "at that row's encoder steps and L decoder steps vs L/2 (server compute time, batches of 32)" % (label, model))
+        out.append("**%s** (`%s`): rows = encoder steps, columns = decoder steps." % (label, model))
         out.append("")
         model_grid = sorted({r["encoder_steps"] for r in res if r["model"] == model and r["dataset"] == "test-short"})
         out.append("| enc \\ dec | " + " | ".join(str(d) for d in model_grid) + " |")
@@ -81,8 +80,9 @@ def main():
         full, halfr = get(model, "test-short", L, L), get(model, "test-short", L, half)
         if full and halfr:
             tps = lambda r: r["output_tokens"] / max(1e-9, r["compute_s"])  # noqa: E731
-            out.append("Decoder at L/2 = %d steps (encoder %d): BLEU %.2f vs %.2f at L (%+.2f); %.0f vs %.0f decoded "
-                       "tokens/s in the server (%.2fx)." % (half, L, halfr["bleu"], full["bleu"], halfr["bleu"] - full["bleu"],
+            out.append("Decoder at L/2 = %d steps (encoder %d): BLEU %.2f vs %.2f at L (%+.2f); %.0f vs %.0f generated "
+                       "tokens per second of server compute time over the whole test set in calls of 32 inputs, "
+                       "encoder included (%.2fx)." % (half, L, halfr["bleu"], full["bleu"], halfr["bleu"] - full["bleu"],
                                                             tps(halfr), tps(full), tps(halfr) / tps(full)))
             out.append("")
     out.append("### Samples (test set, %s, full steps, greedy)" % a.served)
