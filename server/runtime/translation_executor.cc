@@ -62,7 +62,9 @@ absl::StatusOr<scheduler::ExecStats> TranslationExecutor::Run(const scheduler::E
       if (!memories[r].defined()) continue;  // abandoned during the encoder
       groups[{batch.rows[r].decode.decoder_steps, batch.rows[r].decode.beam_size}].push_back(r);
     }
+    const auto decoding = std::chrono::steady_clock::now();
     for (const auto& [key, rows] : groups) DecodeGroup(batch, rows, memories, on_done, abandoned, stats);
+    stats.decoder_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - decoding).count();
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("model execution failed: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {

@@ -49,6 +49,7 @@ struct ExecStats {
   int iterations = 0;              // solver steps of the longest-running row
   int64_t decoder_calls = 0;       // decoder field calls (positions x decoder steps, per group)
   int64_t decoder_row_evaluations = 0;  // hypothesis rows summed over those calls
+  double decoder_seconds = 0;      // translation: wall time of the search (encoder excluded)
   double seconds = 0;              // wall time of the whole run
 };
 

@@ -442,6 +442,8 @@ TEST_F(TranslationExecutorTest, OutputLimitAndCostCountersAreExact) {
   const int p0 = positions(run.tokens[0].size(), 5), p1 = positions(run.tokens[1].size(), 2);
   EXPECT_EQ(run.stats->decoder_calls, int64_t{steps} * std::max(p0, p1));
   EXPECT_EQ(run.stats->decoder_row_evaluations, int64_t{steps} * (p0 + p1));
+  EXPECT_GT(run.stats->decoder_seconds, 0.0);
+  EXPECT_LE(run.stats->decoder_seconds, run.stats->seconds) << "the search is part of the run";
 }
 
 TEST_F(TranslationExecutorTest, AbandonedRowLeavesAtTheNextPosition) {
