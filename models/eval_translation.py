@@ -22,17 +22,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from odeserve_models.data import translation_pairs  # noqa: E402
 from odeserve_models.export import quality_text  # noqa: E402
 from odeserve_models.mt_metrics import corpus_bleu, corpus_chrf  # noqa: E402
 from odeserve_models.served import Served  # noqa: E402
-
-DATA = os.path.join(HERE, "data", "raw", "datasets")
-
-
-def load(split, kind):
-    with open(os.path.join(DATA, "translate-%s-en-de.jsonl" % split), encoding="utf-8") as f:
-        return [r for r in map(json.loads, f) if r["kind"] == kind]
-
 
 def pairs_of(spec):
     return [tuple(int(v) for v in p.split(":")) for p in spec.split(",") if p]
@@ -75,8 +68,8 @@ def main():
     a = ap.parse_args()
     grid = [int(s) for s in a.grid.split(",")]
     comparison_grid = [int(s) for s in (a.comparison_grid or a.grid).split(",")]
-    test, valid = load("test", "short"), load("valid", "short")
-    paragraphs = load("test", "para")[:a.n_paragraphs]
+    test, valid = translation_pairs("test", "short"), translation_pairs("valid", "short")
+    paragraphs = translation_pairs("test", "para")[:a.n_paragraphs]
     out = dict(command=" ".join(sys.argv), test_short=len(test), valid_short=len(valid),
                test_paragraphs=len(paragraphs), results=[])
     refs = [r["de"] for r in test]

@@ -12,7 +12,6 @@ replaces it with the same measurement through the running C++ server on the whol
 set (--write-quality).
 """
 import argparse
-import json
 import os
 import sys
 
@@ -23,12 +22,13 @@ if os.environ.get("PYTHONHASHSEED") != "0":  # byte-identical TorchScript from r
 
 import torch  # noqa: E402
 
+from odeserve_models.data import translation_pairs  # noqa: E402
 from odeserve_models.export import config_text, export_model, quality_text  # noqa: E402
 from odeserve_models.mt_metrics import corpus_bleu  # noqa: E402
-from odeserve_models.translation import SharedTranslator, beam_search, default_max_output_tokens  # noqa: E402
+from odeserve_models.text import Tokenizer  # noqa: E402
+from odeserve_models.translation import SharedTranslator, beam_search  # noqa: E402
 from odeserve_models.verify import verify_model_dir  # noqa: E402
 
-DATA = os.path.join(HERE, "data", "raw", "datasets")
 MAX_SOURCE_TOKENS = 128
 
 
@@ -44,37 +44,20 @@ def load_run(run_dir):
     return model.eval(), sp, a, ck.get("step")
 
 
-def rows(split, kind=None):
-    with open(os.path.join(DATA, "translate-%s-en-de.jsonl" % split), encoding="utf-8") as f:
-        out = [json.loads(line) for line in f]
-    return [r for r in out if kind is None or r["kind"] == kind]
-
-
-def batch_ids(sp, texts, max_len):
-    seqs = [[sp.bos_id()] + sp.encode(t, out_type=int)[:max_len - 2] + [sp.eos_id()] for t in texts]
-    T = max(len(s) for s in seqs)
-    x = torch.full((len(seqs), T), sp.pad_id(), dtype=torch.long)
-    mask = torch.zeros(len(seqs), T)
-    for i, s in enumerate(seqs):
-        x[i, :len(s)] = torch.tensor(s)
-        mask[i, :len(s)] = 1
-    return x, mask
-
-
 @torch.no_grad()
-def translate(model, sp, texts, enc, dec, beam=1, batch=32):
+def translate(model, tok, texts, enc, dec, beam=1, batch=32):
+    """The server's tokenization (Tokenizer.batch: bos, truncation, eos, padding) and search."""
     out = []
     for i in range(0, len(texts), batch):
-        x, mask = batch_ids(sp, texts[i:i + batch], MAX_SOURCE_TOKENS)
-        lengths = mask.sum(1).long().tolist()
-        limits = [default_max_output_tokens(n, model.max_len) for n in lengths]
-        out += [sp.decode(ids) for ids, _ in beam_search(model, x, mask, enc, dec, beam, limits)]
+        x, mask = tok.batch(texts[i:i + batch])
+        limits = [0] * x.size(0)  # 0: the server's default output limit per row
+        out += [tok.sp.decode(ids) for ids, _ in beam_search(model, x, mask, enc, dec, beam, limits)]
     return out
 
 
 def expected_output_ratio(sp):
     src = tgt = 0
-    for r in rows("train"):
+    for r in translation_pairs("train"):
         src += len(sp.encode(r["en"]))
         tgt += len(sp.encode(r["de"]))
     return tgt / src
@@ -96,12 +79,13 @@ def main():
         p.requires_grad_(False)
     L, Ld = targs["encoder_depth"], targs["decoder_depth"]
     steps = [int(s) for s in a.profile_steps.split(",")]
-    valid = rows("valid", "short")[:a.profile_rows]
+    valid = translation_pairs("valid", "short")[:a.profile_rows]
+    tok = Tokenizer(targs["tokenizer"], MAX_SOURCE_TOKENS)
     refs = [r["de"] for r in valid]
     points = []
     for enc in steps:
         for dec in steps:
-            hyps = translate(model, sp, [r["en"] for r in valid], enc, dec)
+            hyps = translate(model, tok, [r["en"] for r in valid], enc, dec)
             bleu = corpus_bleu(hyps, [refs]).score
             points.append(dict(solver="EULER", steps=enc, decoder_steps=dec, beam_size=1, metric="bleu",
                                value=bleu, dataset="translate-valid-en-de short[:%d] (Python search)" % len(valid)))

@@ -22,6 +22,11 @@ def load_jsonl(name: str, limit: Optional[int] = None) -> List[Dict]:
     return rows
 
 
+def translation_pairs(split: str, kind: Optional[str] = None) -> List[Dict]:
+    """en -> de pairs of data/build_translation_pairs.py; kind "short" or "para" (None: both)."""
+    return [r for r in load_jsonl("translate-%s-en-de.jsonl" % split) if kind is None or r["kind"] == kind]
+
+
 class Encoded:
     """Texts tokenized once: token ids (TOKEN_IDS) or indices into a piece-feature table
     (HASHED_NGRAMS; features of each distinct piece string computed once)."""

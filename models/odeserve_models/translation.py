@@ -217,6 +217,8 @@ def default_max_output_tokens(input_tokens: int, limit: int) -> int:
 
 
 def encode_memory(model: SharedTranslator, ids: Tensor, mask: Tensor, enc_steps: int) -> Tensor:
+    """The encoder as the server runs it: the exported stages called one by one (not
+    model.encode, the same loop inside TorchScript), so that comparing the two checks the stages."""
     h = model.input_stage(ids, mask)
     dt = float(model.encoder_depth) / enc_steps
     for _ in range(enc_steps):

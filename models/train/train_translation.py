@@ -26,12 +26,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
+from odeserve_models.data import translation_pairs  # noqa: E402
 from odeserve_models.translation import SharedTranslator, beam_search  # noqa: E402
 import sentencepiece as spm  # noqa: E402
+from odeserve_models.mt_metrics import corpus_bleu  # noqa: E402
 
-DATA = os.path.join(HERE, "..", "data", "raw", "datasets")
 
 
 def parse():
@@ -79,14 +79,12 @@ class Pieces:
 
 def load_pairs(tok, split, max_tokens):
     out = []
-    with open(os.path.join(DATA, "translate-%s-en-de.jsonl" % split), encoding="utf-8") as f:
-        for line in f:
-            r = json.loads(line)
-            src = tok.encode_ids(r["en"])
-            tgt = tok.encode_ids(r["de"])
-            if max_tokens and (len(src) + 2 > max_tokens or len(tgt) + 1 > max_tokens):
-                continue
-            out.append(dict(src=src, tgt=tgt, kind=r["kind"], en=r["en"], de=r["de"]))
+    for r in translation_pairs(split):
+        src = tok.encode_ids(r["en"])
+        tgt = tok.encode_ids(r["de"])
+        if max_tokens and (len(src) + 2 > max_tokens or len(tgt) + 1 > max_tokens):
+            continue
+        out.append(dict(src=src, tgt=tgt, kind=r["kind"], en=r["en"], de=r["de"]))
     return out
 
 
@@ -190,11 +188,7 @@ def evaluate(model, valid, a, tok, steps_pairs, n_bleu=150):
             src, mask, _, _ = collate(shorts, ids, tok.bos_id, tok.eos_id, tok.pad_id)
             for o, _ in beam_search(model, src, mask, a.encoder_depth, a.decoder_depth, 1, [64] * len(ids)):
                 hyps.append(tok.decode_ids(o))
-        try:
-            from odeserve_models.mt_metrics import corpus_bleu
-            out["valid_short_bleu_greedy"] = round(corpus_bleu(hyps, [[p["de"] for p in shorts]]).score, 2)
-        except ImportError:
-            pass
+        out["valid_short_bleu_greedy"] = round(corpus_bleu(hyps, [[p["de"] for p in shorts]]).score, 2)
         out["sample"] = [shorts[0]["en"], hyps[0]]
     model.train()
     return out

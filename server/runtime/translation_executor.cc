@@ -197,7 +197,7 @@ void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const s
       }
       const bool done = last || static_cast<int64_t>(search.finished.size()) >= beam || beams.empty();
       if (done) {
-        if (search.finished.empty()) {  // every continuation was a late EOS: keep the best beam
+        if (search.finished.empty()) {  // defensive: at most K of the 2K candidates are EOS
           search.finished.push_back({search.beams[0], search.scores[0] / float(position + 1)});
         }
         finish_row(search);
