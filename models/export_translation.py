@@ -30,6 +30,7 @@ from odeserve_models.translation import SharedTranslator, beam_search  # noqa: E
 from odeserve_models.verify import verify_model_dir  # noqa: E402
 
 MAX_SOURCE_TOKENS = 128
+MAX_BEAM_SIZE = 8
 
 
 def load_run(run_dir):
@@ -72,11 +73,18 @@ def main():
     ap.add_argument("--profile-rows", type=int, default=300)
     ap.add_argument("--profile-steps", default="1,2,3,4,6")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--exact-logit-candidates", type=int, default=2 * MAX_BEAM_SIZE,
+                    help="0: float32 vocabulary projection; K: bfloat16 ranking, the K best logits of "
+                         "each row recomputed in float32 (K >= 2 x max_beam_size keeps every search "
+                         "candidate exact)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     model, sp, targs, step = load_run(a.run)
     for p in model.parameters():
         p.requires_grad_(False)
+    # The profile is measured with the projection the server will run (prepare() at load).
+    model.exact_logit_candidates = a.exact_logit_candidates
+    model.prepare()
     L, Ld = targs["encoder_depth"], targs["decoder_depth"]
     steps = [int(s) for s in a.profile_steps.split(",")]
     valid = translation_pairs("valid", "short")[:a.profile_rows]
@@ -108,7 +116,9 @@ def main():
                       max_inputs_per_request=32,
                       translation=dict(decoder_trained_depth=Ld, decoder_steps=(1, 2 * Ld, Ld),
                                        max_output_tokens=targs["max_len"], source_language="en",
-                                       target_language="de", expected_output_ratio=ratio, max_beam_size=8))
+                                       target_language="de", expected_output_ratio=ratio,
+                                       max_beam_size=MAX_BEAM_SIZE))
+    model.projection_bf16 = torch.zeros(0, dtype=torch.bfloat16)  # made again by prepare() at load
     d = export_model(a.out, a.name, model, targs["tokenizer"], cfg, quality_text("bleu", points))
     print("\n".join(verify_model_dir(d, [r["en"] for r in valid[:8]],
                                      proto_root=os.path.join(os.path.dirname(HERE), "proto"))))

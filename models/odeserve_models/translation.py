@@ -58,6 +58,11 @@ class SharedTranslator(nn.Module):
         self.eos_id = eos_id
         self.scale = 1.0 / math.sqrt(self.head_dim)
         self.emb_scale = math.sqrt(hidden)
+        # 0: decoder_logits projects onto the vocabulary in float32. K > 0: it ranks the
+        # vocabulary with a bfloat16 copy of the tied embedding (made by prepare(), not stored)
+        # and recomputes the K best logits of every row in float32 (set at export).
+        self.exact_logit_candidates = 0
+        self.register_buffer("projection_bf16", torch.zeros(0, dtype=torch.bfloat16), persistent=False)
         std = 0.02
         self.embedding = nn.Parameter(_normal([vocab, hidden], hidden ** -0.5))
         self.enc_pos = nn.Parameter(_normal([max_len, hidden], std))
@@ -89,7 +94,8 @@ class SharedTranslator(nn.Module):
     # ---- encoder ---------------------------------------------------------------------------
     @torch.jit.export
     def prepare(self) -> None:
-        pass
+        if self.exact_logit_candidates > 0:
+            self.projection_bf16 = self.embedding.detach().to(torch.bfloat16).contiguous()
 
     @torch.jit.export
     def input_stage(self, ids: Tensor, mask: Tensor) -> Tensor:
@@ -173,6 +179,8 @@ class SharedTranslator(nn.Module):
     @torch.jit.export
     def decoder_logits(self, g: Tensor) -> Tensor:
         x = F.layer_norm(g.squeeze(1), [self.hidden_size], self.d_ln_f_w, self.d_ln_f_b, 1e-5)
+        if self.exact_logit_candidates > 0 and self.projection_bf16.numel() > 0:
+            return torch.log_softmax(self._shortlist_logits(x), dim=-1)
         # The tied [vocab, H] projection is the largest matrix read per position. As E x^T
         # (matrix-vector for one hypothesis) OpenBLAS runs it faster than linear(x, E) for the
         # few rows a decoding step has: 0.76 vs 1.79 ms at 1 row, 1.69 vs 2.58 ms at 16
@@ -182,6 +190,17 @@ class SharedTranslator(nn.Module):
         else:
             logits = torch.mm(self.embedding, x.t()).t()
         return torch.log_softmax(logits + self.out_bias, dim=-1)
+
+    def _shortlist_logits(self, x: Tensor) -> Tensor:
+        """bfloat16 logits for all tokens (4-5x faster than float32 on CPUs with AVX-512 BF16),
+        then the K best of each row recomputed in float32: the tokens a search can pick carry
+        exact scores, and only the softmax normalizer sees the rounded tail."""
+        approx = F.linear(x.to(torch.bfloat16), self.projection_bf16).float() + self.out_bias
+        k = min(self.exact_logit_candidates, self.vocab_size)
+        top = torch.topk(approx, k, dim=-1).indices
+        # [B, K, H] * [B, 1, H] summed: faster than bmm for these tiny matrix-vector products
+        exact = (F.embedding(top, self.embedding) * x.unsqueeze(1)).sum(-1) + self.out_bias[top]
+        return approx.scatter(1, top, exact)
 
     def forward(self, ids: Tensor, mask: Tensor) -> Tensor:
         return self.encode(ids, mask, self.encoder_depth)

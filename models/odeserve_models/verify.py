@@ -83,6 +83,10 @@ def verify_translator(d, cfg, tok, m, texts, tol, proto_root) -> List[str]:
     computation the model was trained with, at several step counts."""
     from .translation import encode_memory
     msgs = []
+    # The decoder comparisons below use the float32 projection (bfloat16 rounding of the tail
+    # could flip between two paths that differ by 1e-6); the served shortlist is checked last.
+    shortlist = m.projection_bf16
+    m.projection_bf16 = torch.zeros(0, dtype=torch.bfloat16)
     x, mask = tok.batch(texts)
     ref = m.forward(x, mask)
     err = (ref - encode_memory(m, x, mask, cfg["trained_depth"])).abs().max().item()
@@ -117,6 +121,16 @@ def verify_translator(d, cfg, tok, m, texts, tol, proto_root) -> List[str]:
             worst = max(worst, (m.decoder_logits(gi) - parallel[:, t]).abs().max().item())
     assert worst <= 1e-4, "%s: incremental decoding differs from teacher forcing (%g)" % (d, worst)
     msgs.append("incremental==parallel decoder (%.2g)" % worst)
+    if int(m.exact_logit_candidates) > 0 and shortlist.numel() > 0:  # served projection vs float32
+        exact = m.decoder_logits(gi)
+        m.projection_bf16 = shortlist
+        fast = m.decoder_logits(gi)
+        k = max(1, int(m.exact_logit_candidates) // 2)
+        top = exact.topk(k, -1)
+        assert torch.equal(fast.topk(k, -1).indices, top.indices), "%s: shortlist changes the best %d tokens" % (d, k)
+        gap = (fast.gather(1, top.indices) - top.values).abs().max().item()
+        assert gap <= 1e-2, "%s: shortlist log-probabilities off by %g" % (d, gap)
+        msgs.append("bf16 shortlist: best %d tokens equal float32 ranking (%.2g)" % (k, gap))
     if proto_root:
         from .export import validate_text_protos
         msgs.append("protos parse" if validate_text_protos(d, proto_root) else "protos not checked (no protobuf)")

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Train a parameter-shared ODE encoder (step-robust or fixed depth), time-budgeted, resumable.
 
-Objectives (per batch, one forward of 2B sequences):
+Objectives, --objective joint (the embedding models; per batch, one forward of 2B sequences):
   - contrastive InfoNCE (symmetric, in-batch negatives) on (English description, translation
     xx) pairs and (long English description, short description) pairs;
   - cross-entropy on the English side's Debian Section (labels only ever seen in English).
+--objective classify (fine-tuning a classifier, usually from a joint run with --init): B English
+section descriptions with cross-entropy, plus --align-pairs (English, translation) pairs whose
+InfoNCE keeps the languages aligned, so zero-shot transfer is not traded away for English accuracy.
 Step-robust: per batch n ~ p(n) on 1..L, dt = L/n (Euler, as the server runs it);
 fixed: n = L, dt = 1 always.
 
@@ -64,6 +67,8 @@ def parse():
     ap.add_argument("--init", default="", help="checkpoint to start from (weights only)")
     ap.add_argument("--amp", type=int, default=1, help="bf16 autocast (2-2.5x faster on this CPU)")
     ap.add_argument("--ckpt-minutes", type=float, default=4)
+    ap.add_argument("--objective", default="joint", choices=["joint", "classify"])
+    ap.add_argument("--align-pairs", type=int, default=16, help="classify: cross-lingual pairs per batch")
     return ap.parse_args()
 
 
@@ -132,7 +137,8 @@ def main():
     say("loaded", n_sl, "short-long pairs,", len(xl), "cross-lingual pairs in %.0fs" % (time.time() - t0))
     # tokenize once
     t0 = time.time()
-    texts = sorted({p[1] for p in pairs + xl} | {p[2] for p in pairs + xl})
+    labelled = [(r["text"], lab_id[r["label"]]) for r in sec]
+    texts = sorted({p[1] for p in pairs + xl} | {p[2] for p in pairs + xl} | {t for t, _ in labelled})
     seqs = dict(zip(texts, enc.encode(texts)))
     say("tokenized", len(texts), "texts in %.0fs" % (time.time() - t0),
         "distinct pieces %d" % len(enc.piece_index) if enc.hashed else "")
@@ -190,6 +196,13 @@ def main():
         model.train()
         return res
 
+    def draw_xl_pair():
+        lang = rng.choices(langs, weights=lang_w)[0]
+        return by_lang[lang][rng.randrange(len(by_lang[lang]))]
+
+    def draw_pair():
+        return pairs[rng.randrange(n_sl)] if rng.random() < a.p_shortlong else draw_xl_pair()
+
     model.train()
     last_ck = time.time()
     t_start = time.time() - state["elapsed"]
@@ -202,22 +215,25 @@ def main():
         lr = a.lr * min(1.0, (state["step"] + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
-        batch = []
-        for _ in range(a.batch):
-            if rng.random() < a.p_shortlong:
-                batch.append(pairs[rng.randrange(n_sl)])
-            else:
-                l = rng.choices(langs, weights=lang_w)[0]
-                batch.append(by_lang[l][rng.randrange(len(by_lang[l]))])
+        if a.objective == "joint":
+            batch = [draw_pair() for _ in range(a.batch)]
+            ce_texts, ce_labels = [], []
+        else:
+            picked = [labelled[rng.randrange(len(labelled))] for _ in range(a.batch)]
+            ce_texts, ce_labels = [t for t, _ in picked], [y for _, y in picked]
+            batch = [draw_xl_pair() for _ in range(a.align_pairs)]
         q = [seqs[b[1]] for b in batch]; d = [seqs[b[2]] for b in batch]
-        y = torch.tensor([b[3] for b in batch])
+        if a.objective == "joint":  # the pairs' English side carries the labels
+            n_ce, y = len(batch), torch.tensor([b[3] for b in batch])
+        else:
+            n_ce, y = len(ce_texts), torch.tensor(ce_labels)
         n = sample_steps(rng, a.depth, a.steps_mode, a.p_full)
-        x, m = enc.collate(q + d)
+        x, m = enc.collate([seqs[t] for t in ce_texts] + q + d)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(a.amp)):
             pooled = encode_pooled(model, x, m, n)
-            e = model.head(pooled)
-            logits = cls(pooled[:len(batch)])
-        pooled, e, logits = pooled.float(), e.float(), logits.float()
+            logits = cls(pooled[:n_ce])
+            e = model.head(pooled[len(ce_texts):])
+        e, logits = e.float(), logits.float()
         B = len(batch)
         e = F.normalize(e, dim=-1)
         sim = e[:B] @ e[B:].T / a.tau

@@ -10,6 +10,7 @@ teacher-forced on y_j with a loss only on target positions whose token also occu
 translation y_i (key tokens), weighted by the token's IDF; the rest trains on aligned pairs.
 Label-smoothed cross entropy, AdamW, linear warm-up then cosine decay over --total-steps,
 bf16 autocast, a checkpoint every --ckpt-minutes (resumes from out/last.pt), log lines as JSON.
+--init continues an earlier run's weights under a new schedule (a second stage).
 
   nice -n 10 /usr/bin/python3 models/train/train_translation.py --out models/work/runs/mt-robust \
       --total-steps 3000 --steps-mode robust
@@ -59,6 +60,9 @@ def parse():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--amp", type=int, default=1)
     ap.add_argument("--ckpt-minutes", type=float, default=5)
+    ap.add_argument("--init", default="",
+                    help="final.pt of an earlier run: start from its weights with a fresh optimizer "
+                         "and schedule (continued training); ignored when out/last.pt exists")
     return ap.parse_args()
 
 
@@ -223,6 +227,9 @@ def main():
         step, epoch, elapsed = ck["step"], ck["epoch"], ck["elapsed"]
         rng.setstate(ck["rng"]); torch.set_rng_state(ck["torch_rng"])
         emit(dict(event="resume", step=step))
+    elif a.init:
+        model.load_state_dict(torch.load(a.init)["model"])
+        emit(dict(event="init", weights=a.init))
     emit(dict(event="start", args=vars(a), train_pairs=len(train), valid_pairs=len(valid),
               parameters=sum(p.numel() for p in model.parameters())))
     uski_steps = int(a.uski_fraction * a.total_steps)
