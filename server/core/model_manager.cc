@@ -93,7 +93,9 @@ absl::Status ModelManager::LoadAll() {
                            " family=", config.family(), " L=", config.trained_depth(), " steps=[",
                            config.steps().min(), ",", config.steps().max(), "] params=",
                            entry->servable->model->parameter_count(), " device=",
-                           entry->servable->device, " load=", absl::StrFormat("%.2fs", seconds)));
+                           entry->servable->device, " precision=",
+                           v1::ComputePrecision_Name(config.compute_precision()), " load=",
+                           absl::StrFormat("%.2fs", seconds)));
     } else {
       entry->state = v1::FAILED;
       entry->error = std::string(servable.status().message());
@@ -120,7 +122,10 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::TorchModel> model,
                    runtime::TorchModel::Load((dir / config.torchscript_file()).string(), device,
                                              config.trained_depth(),
-                                             translation ? config.translation().decoder_trained_depth() : 0));
+                                             translation ? config.translation().decoder_trained_depth() : 0,
+                                             config.compute_precision() == v1::BFLOAT16
+                                                 ? runtime::ComputePrecision::kBFloat16
+                                                 : runtime::ComputePrecision::kFloat32));
   if (translation && (model->bos_id() != servable->tokenizer->bos_id() ||
                       model->eos_id() != servable->tokenizer->eos_id() ||
                       model->vocab_size() != servable->tokenizer->vocab_size())) {
@@ -314,6 +319,7 @@ v1::ModelInfo ModelManager::Describe(const ModelEntry& entry) {
   info.set_parameters(c.parameters() > 0 ? c.parameters() : s.model->parameter_count());
   info.set_size_bytes(s.size_bytes);
   info.set_device(s.device);
+  info.set_compute_precision(c.compute_precision());
   return info;
 }
 

@@ -126,6 +126,9 @@ absl::Status ValidateModelConfig(const ModelConfig& config, const fs::path& mode
     return FieldError(file, "task", "must be EMBEDDING, CLASSIFICATION or TRANSLATION");
   }
   RETURN_IF_ERROR(CheckFileField(file, model_dir, "torchscript_file", config.torchscript_file()));
+  if (!v1::ComputePrecision_IsValid(config.compute_precision())) {
+    return FieldError(file, "compute_precision", "must be FLOAT32 or BFLOAT16");
+  }
   const auto& tokenizer = config.tokenizer();
   RETURN_IF_ERROR(CheckFileField(file, model_dir, "tokenizer.model_file", tokenizer.model_file()));
   if (tokenizer.input_kind() == v1::INPUT_KIND_UNSPECIFIED || !v1::InputKind_IsValid(tokenizer.input_kind())) {

@@ -54,7 +54,9 @@ void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
                               const FinishedRowsFn& on_finished) {
   auto [x, mask] = MakeInputs(batch.rows);
   stats.padded_tokens = mask.numel();
-  torch::Tensor h = model_->InputStageUnchecked(x, mask);
+  // The ODE state stays float32 whatever the compute precision: bfloat16 steps would round
+  // away small updates of the shared block, and steps accumulate.
+  torch::Tensor h = model_->InputStageUnchecked(x, mask).to(torch::kFloat32);
 
   // Rows still in the batch, as indices into batch.rows, aligned with h's first dimension.
   std::vector<size_t> active(batch.rows.size());
@@ -114,6 +116,7 @@ absl::StatusOr<scheduler::ExecStats> TorchExecutor::Run(const scheduler::ExecBat
   if (batch.rows.empty()) return stats;
   try {
     c10::InferenceMode guard;
+    PrecisionScope precision(model_->precision(), model_->device());
     Integrate(batch, abandoned, stats,
               [&](const std::vector<size_t>& rows, const torch::Tensor& h, const torch::Tensor& mask) {
                 const torch::Tensor out =

@@ -1,5 +1,6 @@
 #include "server/runtime/torch_model.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 
 #include "absl/strings/numbers.h"
@@ -16,6 +17,37 @@ constexpr const char* kDecoderMethods[] = {"cross_kv", "decoder_input", "decoder
 constexpr const char* kDecoderAttributes[] = {"decoder_depth", "max_len", "bos_id", "eos_id", "vocab_size"};
 
 }  // namespace
+
+PrecisionScope::PrecisionScope(ComputePrecision precision, const torch::Device& device) {
+  if (precision != ComputePrecision::kBFloat16) return;
+  active_ = true;
+  cuda_ = device.is_cuda();
+  if (cuda_) {
+    was_enabled_ = at::autocast::is_enabled();
+    previous_dtype_ = at::autocast::get_autocast_gpu_dtype();
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+    at::autocast::set_enabled(true);
+  } else {
+    was_enabled_ = at::autocast::is_cpu_enabled();
+    previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_cpu_enabled(true);
+  }
+  at::autocast::increment_nesting();
+}
+
+PrecisionScope::~PrecisionScope() {
+  if (!active_) return;
+  // Leaving the outermost scope drops the weight casts autocast cached during the batch.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  if (cuda_) {
+    at::autocast::set_enabled(was_enabled_);
+    at::autocast::set_autocast_gpu_dtype(previous_dtype_);
+  } else {
+    at::autocast::set_cpu_enabled(was_enabled_);
+    at::autocast::set_autocast_cpu_dtype(previous_dtype_);
+  }
+}
 
 absl::StatusOr<torch::Device> ParseDevice(const std::string& spec) {
   if (spec == "cpu") return torch::Device(torch::kCPU);
@@ -51,7 +83,8 @@ TorchModel::TorchModel(torch::jit::Module module, torch::Device device, int trai
 absl::StatusOr<std::unique_ptr<TorchModel>> TorchModel::Load(const std::string& path,
                                                              const torch::Device& device,
                                                              int expected_trained_depth,
-                                                             int expected_decoder_depth) {
+                                                             int expected_decoder_depth,
+                                                             ComputePrecision precision) {
   try {
     c10::InferenceMode guard;
     torch::jit::Module module = torch::jit::load(path, device);
@@ -93,6 +126,7 @@ absl::StatusOr<std::unique_ptr<TorchModel>> TorchModel::Load(const std::string& 
     }
     if (module.find_method("prepare")) module.get_method("prepare")(std::vector<c10::IValue>{});
     std::unique_ptr<TorchModel> model(new TorchModel(std::move(module), device, depth));
+    model->precision_ = precision;
     if (expected_decoder_depth > 0) {
       torch::jit::Module& m = model->module_;
       model->cross_kv_ = m.get_method("cross_kv");
@@ -145,6 +179,7 @@ absl::StatusOr<torch::Tensor> TorchModel::Call(const char* method, const torch::
                                                const torch::Tensor& b) {
   try {
     c10::InferenceMode guard;
+    PrecisionScope precision(precision_, device_);
     return module_.get_method(method)({a, b}).toTensor();
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat(method, "() failed: ", e.what_without_backtrace()));

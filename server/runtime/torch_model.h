@@ -13,6 +13,25 @@
 
 namespace odeserve::runtime {
 
+/// Arithmetic of the matrix products (config `compute_precision`).
+enum class ComputePrecision { kFloat32, kBFloat16 };
+
+/// Holds LibTorch autocast on for this thread while alive (bfloat16 on `device`'s type) when
+/// `precision` is kBFloat16; does nothing for kFloat32. Restores the previous autocast state.
+class PrecisionScope {
+ public:
+  PrecisionScope(ComputePrecision precision, const torch::Device& device);
+  ~PrecisionScope();
+  PrecisionScope(const PrecisionScope&) = delete;
+  PrecisionScope& operator=(const PrecisionScope&) = delete;
+
+ private:
+  bool active_ = false;
+  bool cuda_ = false;
+  bool was_enabled_ = false;
+  at::ScalarType previous_dtype_ = at::kBFloat16;
+};
+
 /// Parses "cpu", "cuda" or "cuda:N" and checks the device exists in this LibTorch build.
 absl::StatusOr<torch::Device> ParseDevice(const std::string& spec);
 
@@ -20,11 +39,11 @@ class TorchModel {
  public:
   /// Loads `path` onto `device`, checks the contract's methods and `trained_depth` (and, when
   /// `expected_decoder_depth` > 0, the translation decoder's methods and `decoder_depth`), then
-  /// calls `prepare()` once if the module has it.
-  static absl::StatusOr<std::unique_ptr<TorchModel>> Load(const std::string& path,
-                                                          const torch::Device& device,
-                                                          int expected_trained_depth,
-                                                          int expected_decoder_depth = 0);
+  /// calls `prepare()` once if the module has it. `precision` applies to every call below
+  /// (the executors hold one PrecisionScope per batch).
+  static absl::StatusOr<std::unique_ptr<TorchModel>> Load(
+      const std::string& path, const torch::Device& device, int expected_trained_depth,
+      int expected_decoder_depth = 0, ComputePrecision precision = ComputePrecision::kFloat32);
 
   absl::StatusOr<torch::Tensor> InputStage(const torch::Tensor& x, const torch::Tensor& mask);
   absl::StatusOr<torch::Tensor> VectorField(const torch::Tensor& h, const torch::Tensor& mask);
@@ -61,6 +80,7 @@ class TorchModel {
   int trained_depth() const { return trained_depth_; }
   int64_t parameter_count() const { return parameter_count_; }
   const torch::Device& device() const { return device_; }
+  ComputePrecision precision() const { return precision_; }
 
  private:
   TorchModel(torch::jit::Module module, torch::Device device, int trained_depth);
@@ -73,6 +93,7 @@ class TorchModel {
   torch::jit::Method output_stage_;
   std::optional<torch::jit::Method> cross_kv_, decoder_input_, decoder_field_, decoder_logits_;
   torch::Device device_;
+  ComputePrecision precision_ = ComputePrecision::kFloat32;
   int trained_depth_;
   int decoder_depth_ = 0;
   int decoder_positions_ = 0;

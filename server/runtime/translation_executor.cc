@@ -47,6 +47,7 @@ absl::StatusOr<scheduler::ExecStats> TranslationExecutor::Run(const scheduler::E
   }
   try {
     c10::InferenceMode guard;
+    PrecisionScope precision(model_->precision(), model_->device());
     // Encoder: memory per finished row, trimmed to its own length.
     std::vector<torch::Tensor> memories(batch.rows.size());
     Integrate(batch, abandoned, stats,
@@ -145,7 +146,7 @@ void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const s
     const int64_t hypotheses = static_cast<int64_t>(live.size()) * beam;
     const torch::Tensor tokens = torch::tensor(next_tokens, torch::kInt64).to(device);
     const torch::Tensor positions = torch::full({hypotheses}, position, torch::TensorOptions().dtype(torch::kInt64).device(device));
-    torch::Tensor g = model_->DecoderInputUnchecked(tokens, positions);
+    torch::Tensor g = model_->DecoderInputUnchecked(tokens, positions).to(torch::kFloat32);  // float32 state
     for (int i = 0; i < steps; ++i) {
       auto result = model_->DecoderFieldUnchecked(g, cache_k[i], cache_v[i], cross.k, cross.v, cross.bias);
       cache_k[i] = std::move(result.cache_k);

@@ -40,7 +40,8 @@ struct Loaded {
 std::string g_model_dir;
 std::string g_translate_model_dir;
 
-Loaded* Load(const std::string& dir) {
+// `bfloat16` forces compute_precision BFLOAT16 (else the config's), for same-run comparisons.
+Loaded* Load(const std::string& dir, bool bfloat16 = false) {
   auto* l = new Loaded();
   auto config = repository::LoadModelConfig(dir);
   if (!config.ok()) {
@@ -53,7 +54,10 @@ Loaded* Load(const std::string& dir) {
   l->tokenizer = *tokenizer::Tokenizer::Load((std::filesystem::path(dir) / l->config.tokenizer().model_file()).string(), options);
   auto model = runtime::TorchModel::Load((std::filesystem::path(dir) / l->config.torchscript_file()).string(),
                                          torch::Device(torch::kCPU), l->config.trained_depth(),
-                                         translation ? l->config.translation().decoder_trained_depth() : 0);
+                                         translation ? l->config.translation().decoder_trained_depth() : 0,
+                                         bfloat16 || l->config.compute_precision() == v1::BFLOAT16
+                                             ? runtime::ComputePrecision::kBFloat16
+                                             : runtime::ComputePrecision::kFloat32);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
     std::exit(2);
@@ -74,8 +78,18 @@ Loaded& Model() {
   return *loaded;
 }
 
+Loaded& ModelBfloat16() {
+  static Loaded* loaded = Load(g_model_dir, /*bfloat16=*/true);
+  return *loaded;
+}
+
 Loaded& Translator() {
   static Loaded* loaded = Load(g_translate_model_dir);
+  return *loaded;
+}
+
+Loaded& TranslatorBfloat16() {
+  static Loaded* loaded = Load(g_translate_model_dir, /*bfloat16=*/true);
   return *loaded;
 }
 
@@ -88,9 +102,11 @@ tokenizer::EncodedText Row(int length) {
   return *Model().tokenizer->Encode(text, length, /*truncate=*/true);
 }
 
-// Args: batch rows, tokens per row, steps as a divisor of L (steps = L / divisor), solver.
+// Args: batch rows, tokens per row, steps as a divisor of L (steps = L / divisor), solver,
+// and optionally 1 for compute_precision BFLOAT16.
 void BM_Batch(benchmark::State& state) {
-  Loaded& m = Model();
+  const bool bfloat16 = state.range(4) == 1;
+  Loaded& m = bfloat16 ? ModelBfloat16() : Model();
   const int rows = static_cast<int>(state.range(0));
   const int length = std::min<int>(state.range(1), m.config.max_sequence_length());
   const int depth = m.config.trained_depth();
@@ -112,7 +128,8 @@ void BM_Batch(benchmark::State& state) {
   state.counters["steps"] = steps;
   state.counters["padded_tokens"] = rows * length;
   state.counters["field_evals/s"] = benchmark::Counter(static_cast<double>(evaluations), benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(scheduler::SolverName(solver)) + " L=" + std::to_string(depth));
+  state.SetLabel(std::string(scheduler::SolverName(solver)) + " L=" + std::to_string(depth) +
+                 (bfloat16 ? " bfloat16" : " float32"));
 }
 
 // Real English short descriptions (Debian packages), the kind of text translate-en-de serves.
@@ -135,9 +152,11 @@ constexpr const char* kSources[] = {
     "client library for the PostgreSQL database",
 };
 
-// Args: batch rows, beam size, decoder steps as a divisor of the decoder's L. Encoder at L.
+// Args: batch rows, beam size, decoder steps as a divisor of the decoder's L, and optionally 1
+// for compute_precision BFLOAT16. Encoder at L.
 void BM_Translate(benchmark::State& state) {
-  Loaded& m = Translator();
+  const bool bfloat16 = state.range(3) == 1;
+  Loaded& m = bfloat16 ? TranslatorBfloat16() : Translator();
   const int rows = static_cast<int>(state.range(0));
   const int beam = static_cast<int>(state.range(1));
   const int decoder_depth = m.config.translation().decoder_trained_depth();
@@ -170,13 +189,18 @@ void BM_Translate(benchmark::State& state) {
   state.counters["decoded_tokens/s"] = static_cast<double>(generated) / std::max(1e-9, decoder_seconds);
   state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(generated), benchmark::Counter::kIsRate);
   state.counters["tokens/batch"] = benchmark::Counter(static_cast<double>(generated), benchmark::Counter::kAvgIterations);
-  state.SetLabel("beam " + std::to_string(beam) + ", decoder L=" + std::to_string(decoder_depth));
+  state.SetLabel("beam " + std::to_string(beam) + ", decoder L=" + std::to_string(decoder_depth) +
+                 (bfloat16 ? ", bfloat16" : ", float32"));
 }
 
 // Batch 1 and 16, greedy and beam 4, decoder at L and L/2 (tokens include each row's EOS).
-BENCHMARK(BM_Translate)->ArgNames({"rows", "beam", "L_over"})
-    ->Args({1, 1, 1})->Args({1, 1, 2})->Args({1, 4, 1})->Args({1, 4, 2})
-    ->Args({16, 1, 1})->Args({16, 1, 2})->Args({16, 4, 1})->Args({16, 4, 2})
+BENCHMARK(BM_Translate)->ArgNames({"rows", "beam", "L_over", "bf16"})
+    ->Args({1, 1, 1, 0})->Args({1, 1, 2, 0})->Args({1, 4, 1, 0})->Args({1, 4, 2, 0})
+    ->Args({16, 1, 1, 0})->Args({16, 1, 2, 0})->Args({16, 4, 1, 0})->Args({16, 4, 2, 0})
+    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+// The same model with compute_precision BFLOAT16, at the trained depth.
+BENCHMARK(BM_Translate)->ArgNames({"rows", "beam", "L_over", "bf16"})
+    ->Args({1, 1, 1, 1})->Args({16, 1, 1, 1})->Args({16, 4, 1, 1})
     ->Unit(benchmark::kMillisecond)->MinTime(2.0);
 
 constexpr int kEuler = static_cast<int>(scheduler::Solver::kEuler);
@@ -184,12 +208,19 @@ constexpr int kHeun = static_cast<int>(scheduler::Solver::kHeun);
 constexpr int kRk4 = static_cast<int>(scheduler::Solver::kRk4);
 
 // The target shape: 32 inputs x 64 tokens at L, L/2 and L/4 Euler steps.
-BENCHMARK(BM_Batch)->ArgNames({"rows", "tokens", "L_over", "solver"})
-    ->Args({32, 64, 1, kEuler})->Args({32, 64, 2, kEuler})->Args({32, 64, 4, kEuler})
+BENCHMARK(BM_Batch)->ArgNames({"rows", "tokens", "L_over", "solver", "bf16"})
+    ->Args({32, 64, 1, kEuler, 0})->Args({32, 64, 2, kEuler, 0})->Args({32, 64, 4, kEuler, 0})
     ->Unit(benchmark::kMillisecond)->MinTime(2.0);
 // Batch 1 (latency) and the higher-order solvers at equal field evaluations.
-BENCHMARK(BM_Batch)->ArgNames({"rows", "tokens", "L_over", "solver"})
-    ->Args({1, 32, 1, kEuler})->Args({1, 32, 4, kEuler})->Args({32, 64, 2, kHeun})->Args({32, 64, 4, kRk4})
+BENCHMARK(BM_Batch)->ArgNames({"rows", "tokens", "L_over", "solver", "bf16"})
+    ->Args({1, 32, 1, kEuler, 0})->Args({1, 32, 4, kEuler, 0})->Args({32, 64, 2, kHeun, 0})
+    ->Args({32, 64, 4, kRk4, 0})
+    ->Unit(benchmark::kMillisecond)->MinTime(1.0);
+// compute_precision BFLOAT16 against float32 at the trained depth, batch 1 and 32.
+BENCHMARK(BM_Batch)->ArgNames({"rows", "tokens", "L_over", "solver", "bf16"})
+    ->Args({1, 32, 1, kEuler, 0})->Args({1, 32, 1, kEuler, 1})
+    ->Args({32, 32, 1, kEuler, 0})->Args({32, 32, 1, kEuler, 1})
+    ->Args({32, 64, 1, kEuler, 1})
     ->Unit(benchmark::kMillisecond)->MinTime(1.0);
 
 }  // namespace

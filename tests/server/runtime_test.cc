@@ -16,6 +16,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include "server/repository/model_config.h"
@@ -66,7 +67,8 @@ struct TinyModel {
 };
 
 // Loads a tiny model the way server/core/model_manager.cc does.
-std::unique_ptr<TinyModel> LoadTiny(const std::string& name) {
+std::unique_ptr<TinyModel> LoadTiny(const std::string& name,
+                                    ComputePrecision precision = ComputePrecision::kFloat32) {
   auto tiny = std::make_unique<TinyModel>();
   const fs::path dir = kRepository / name;
   auto config = repository::LoadModelConfig(dir);
@@ -80,7 +82,8 @@ std::unique_ptr<TinyModel> LoadTiny(const std::string& name) {
   tiny->tokenizer = *std::move(tokenizer);
   auto model = TorchModel::Load((dir / config->torchscript_file()).string(), torch::Device(torch::kCPU),
                                 config->trained_depth(),
-                                config->task() == v1::TRANSLATION ? config->translation().decoder_trained_depth() : 0);
+                                config->task() == v1::TRANSLATION ? config->translation().decoder_trained_depth() : 0,
+                                precision);
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return nullptr;
   tiny->model = std::shared_ptr<TorchModel>(std::move(*model));
@@ -301,6 +304,53 @@ TEST_P(EveryTinyModel, StepCountsChangeTheOutput) {
   EXPECT_GT(MaxAbsDiff(one.outputs[0], full.outputs[0]), 100 * Tolerance(full.outputs[0]));
 }
 
+TEST_P(EveryTinyModel, Bfloat16ComputeIsAutocastAroundAFloat32State) {
+  auto bf16 = LoadTiny(GetParam(), ComputePrecision::kBFloat16);
+  ASSERT_NE(bf16, nullptr);
+  ASSERT_EQ(bf16->model->precision(), ComputePrecision::kBFloat16);
+  TorchExecutor exact(tiny_->model, tiny_->layout);
+  TorchExecutor fast(bf16->model, bf16->layout);
+  ExecBatch batch{scheduler::Solver::kEuler, {}};
+  for (const auto& row : bf16->rows) batch.rows.push_back({&row, bf16->depth, {}});
+  RunResult want = RunBatch(exact, batch);
+  RunResult got = RunBatch(fast, batch);
+  ASSERT_TRUE(want.stats.ok()) << want.stats.status();
+  ASSERT_TRUE(got.stats.ok()) << got.stats.status();
+  // The scope ends with the batch: float32 models on this thread are unaffected.
+  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+
+  // Reference: every stage under autocast, the ODE state accumulated in float32.
+  auto [x, mask] = fast.MakeInputs(batch.rows);
+  torch::Tensor reference;
+  {
+    c10::InferenceMode guard;
+    PrecisionScope scope(ComputePrecision::kBFloat16, torch::Device(torch::kCPU));
+    ASSERT_TRUE(at::autocast::is_cpu_enabled());
+    torch::Tensor h = bf16->model->InputStageUnchecked(x, mask).to(torch::kFloat32);
+    const VectorField field = [&](const torch::Tensor& state) {
+      return bf16->model->VectorFieldUnchecked(state, mask);
+    };
+    const torch::Tensor dt = torch::ones({h.size(0)}, torch::kFloat64);
+    for (int i = 0; i < bf16->depth; ++i) {
+      h = SolverStep(scheduler::Solver::kEuler, field, h, dt);
+      ASSERT_EQ(h.scalar_type(), torch::kFloat32) << "step " << i;
+    }
+    reference = bf16->model->OutputStageUnchecked(h, mask).to(torch::kFloat32).contiguous();
+  }
+  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+  double from_float32 = 0;
+  for (size_t r = 0; r < batch.rows.size(); ++r) {
+    const torch::Tensor row = reference[static_cast<int64_t>(r)].contiguous();
+    const std::vector<float> expected(row.data_ptr<float>(), row.data_ptr<float>() + row.numel());
+    EXPECT_LE(MaxAbsDiff(got.outputs[r], expected), Tolerance(expected)) << "row " << r;
+    from_float32 = std::max(from_float32, MaxAbsDiff(got.outputs[r], want.outputs[r]));
+  }
+  EXPECT_GT(from_float32, 0.0) << "bfloat16 made no difference: autocast did not run";
+  RunResult again = RunBatch(exact, batch);
+  ASSERT_TRUE(again.stats.ok());
+  for (size_t r = 0; r < batch.rows.size(); ++r) EXPECT_EQ(again.outputs[r], want.outputs[r]) << "row " << r;
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyModels, EveryTinyModel,
                          ::testing::Values("tiny-albert", "tiny-sharebert", "tiny-eelbert", "tiny-classifier"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
@@ -471,6 +521,26 @@ TEST_F(TranslationExecutorTest, AbandonedRowLeavesAtTheNextPosition) {
   EXPECT_EQ(run.tokens[0], full.tokens[0]) << "the row that stayed is unaffected";
   const int p0 = full.tokens[0].size() == 12u ? 12 : int(full.tokens[0].size()) + 1;
   EXPECT_EQ(run.stats->decoder_row_evaluations, int64_t{steps} * (p0 + positions));
+}
+
+TEST_F(TranslationExecutorTest, Bfloat16SearchFinishesEveryRowWithFloat32Scores) {
+  auto bf16 = LoadTiny("tiny-translator", ComputePrecision::kBFloat16);
+  ASSERT_NE(bf16, nullptr);
+  TranslationExecutor fast(bf16->model, bf16->layout, bf16->config.translation().max_output_tokens());
+  const ExecBatch batch{scheduler::Solver::kEuler,
+                        {{&bf16->rows[0], 4, {4, 1, 12, 1}}, {&bf16->rows[1], 2, {4, 1, 12, 1}},
+                         {&bf16->rows[3], 4, {2, 3, 12, 1}}}};
+  Translated run = Translate(fast, batch);
+  ASSERT_TRUE(run.stats.ok()) << run.stats.status();
+  EXPECT_FALSE(at::autocast::is_cpu_enabled());
+  for (size_t r = 0; r < batch.rows.size(); ++r) {
+    EXPECT_EQ(run.done_calls[r], 1) << r;
+    EXPECT_FALSE(run.tokens[r].empty()) << r;
+    EXPECT_LE(run.tokens[r].size(), 12u) << r;
+    // Mean log-probabilities: finite and negative whatever the precision of the products.
+    EXPECT_TRUE(std::isfinite(run.scores[r])) << r;
+    EXPECT_LT(run.scores[r], 0.0f) << r;
+  }
 }
 
 TEST(TorchExecutor, AllRowsAbandonedEndsTheRunAtOnce) {
