@@ -34,6 +34,8 @@ def main():
     ap.add_argument("--grpc_port", type=int, default=50071)
     ap.add_argument("--metrics_port", type=int, default=9171)
     ap.add_argument("--steps", default="2,4,8")
+    ap.add_argument("--models", default="", help="comma list (default: every READY model)")
+    ap.add_argument("--out", default=os.path.join(HERE, "work", "eval", "served.json"))
     ap.add_argument("--n-en", type=int, default=1000)
     ap.add_argument("--n-zs", type=int, default=500)
     a = ap.parse_args()
@@ -42,7 +44,9 @@ def main():
     out = {"address": served.address, "command": " ".join(sys.argv), "results": []}
     with served:
         pb, stub, models = served.pb, served.stub, served.models
-        out["models"] = {n: dict(state=pb.ModelState.Name(m.state), error=m.error, device=m.device) for n, m in models.items()}
+        out["models"] = {n: dict(state=pb.ModelState.Name(m.state), error=m.error, device=m.device,
+                                 compute_precision=pb.ComputePrecision.Name(m.compute_precision))
+                         for n, m in models.items()}
         print(out["models"], flush=True)
         sets = eval_sets()
         labels = sets["labels"]; lid = {l: i for i, l in enumerate(labels)}
@@ -53,7 +57,7 @@ def main():
                 yield texts[i:i + per]
 
         for name, m in models.items():
-            if m.state != pb.READY:
+            if m.state != pb.READY or (a.models and name not in a.models.split(",")):
                 continue
             per = max(1, min(m.max_inputs_per_request or 32, 32))
             L = m.trained_depth
@@ -91,7 +95,7 @@ def main():
                                    wall_s=time.time() - t0)
                         out["results"].append(row); print(row, flush=True)
     os.makedirs(os.path.join(HERE, "work", "eval"), exist_ok=True)
-    json.dump(out, open(os.path.join(HERE, "work", "eval", "served.json"), "w"), indent=1)
+    json.dump(out, open(a.out, "w"), indent=1)
 
 
 if __name__ == "__main__":

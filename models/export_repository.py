@@ -6,7 +6,6 @@ VALIDATION data through the Python mirror of the server's solver loop (fp32, Tor
       --name embed-sharebert --task EMBEDDING [--out models/repository]
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -67,6 +66,8 @@ def main():
     ap.add_argument("--task", required=True, choices=["EMBEDDING", "CLASSIFICATION"])
     ap.add_argument("--out", default=os.path.join(HERE, "repository"))
     ap.add_argument("--version", default="1")
+    ap.add_argument("--compute-precision", default="FLOAT32", choices=["FLOAT32", "BFLOAT16"],
+                    help="config.pbtxt compute_precision (the server's bfloat16 autocast option)")
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -75,12 +76,14 @@ def main():
     how = ("step-robust training (Euler steps n sampled per batch, dt = L/n)" if args["steps_mode"] == "robust"
            else "fixed-depth training") + \
           ("; contrastive en<->xx and long<->short description pairs" if a.task == "EMBEDDING"
-           else "; Debian Section classifier trained on English descriptions only (jointly with the contrastive objective)")
+           else "; Debian Section classifier trained on English descriptions only (%s)" % (
+               "fine-tuned from the jointly trained encoder, English cross-entropy plus en<->xx alignment pairs"
+               if args.get("objective") == "classify" else "jointly with the contrastive objective"))
     desc = DESCRIPTIONS[args["family"]].format(how=how, **args)
     hash_cfg = dict(dim=args["hash_dim"], seed=args["hash_seed"], orders=[2, 3, 4]) if args["family"] == "eelbert" else None
     cfg = config_text(a.name, model, a.task, desc, args["max_len"], steps=(1, 2 * L, L),
                       labels=labels if a.task == "CLASSIFICATION" else (), languages=LANGS,
-                      hash_cfg=hash_cfg, version=a.version)
+                      hash_cfg=hash_cfg, version=a.version, compute_precision=a.compute_precision)
     # export first (with a placeholder-free profile written after measuring the exported file)
     d = export_model(a.out, a.name, model, args["tokenizer"], cfg, quality_text("pending", []))
     cfg_d, tok_d, m_d = load_model_dir(d)

@@ -72,6 +72,8 @@ def main():
     ap.add_argument("--description", default="")
     ap.add_argument("--profile-rows", type=int, default=300)
     ap.add_argument("--profile-steps", default="1,2,3,4,6")
+    ap.add_argument("--compute-precision", default="FLOAT32", choices=["FLOAT32", "BFLOAT16"],
+                    help="config.pbtxt compute_precision (the server's bfloat16 autocast option)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--exact-logit-candidates", type=int, default=2 * MAX_BEAM_SIZE,
                     help="0: float32 vocabulary projection; K: bfloat16 ranking, the K best logits of "
@@ -117,7 +119,8 @@ def main():
                       translation=dict(decoder_trained_depth=Ld, decoder_steps=(1, 2 * Ld, Ld),
                                        max_output_tokens=targs["max_len"], source_language="en",
                                        target_language="de", expected_output_ratio=ratio,
-                                       max_beam_size=MAX_BEAM_SIZE))
+                                       max_beam_size=MAX_BEAM_SIZE),
+                      compute_precision=a.compute_precision)
     model.projection_bf16 = torch.zeros(0, dtype=torch.bfloat16)  # made again by prepare() at load
     d = export_model(a.out, a.name, model, targs["tokenizer"], cfg, quality_text("bleu", points))
     print("\n".join(verify_model_dir(d, [r["en"] for r in valid[:8]],

@@ -94,7 +94,7 @@ absl::Status ModelManager::LoadAll() {
                            config.steps().min(), ",", config.steps().max(), "] params=",
                            entry->servable->model->parameter_count(), " device=",
                            entry->servable->device, " precision=",
-                           v1::ComputePrecision_Name(config.compute_precision()), " load=",
+                           v1::ComputePrecision_Name(entry->servable->precision), " load=",
                            absl::StrFormat("%.2fs", seconds)));
     } else {
       entry->state = v1::FAILED;
@@ -119,11 +119,18 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
   ASSIGN_OR_RETURN(const torch::Device device, runtime::ParseDevice(options_.device));
   servable->device = device.str();
   const bool translation = config.task() == v1::TRANSLATION;
+  servable->precision = config.compute_precision();
+  if (servable->precision == v1::BFLOAT16 && !runtime::NativeBfloat16(device)) {
+    // Emulated bfloat16 is slower than float32 and still rounds: run float32, say so.
+    servable->precision = v1::FLOAT32;
+    LogWarning(absl::StrCat("model ", config.name(), ": compute_precision BFLOAT16 needs a CPU with "
+                            "AVX512_BF16 or AMX-BF16 (or a GPU); this one has neither, running FLOAT32"));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::TorchModel> model,
                    runtime::TorchModel::Load((dir / config.torchscript_file()).string(), device,
                                              config.trained_depth(),
                                              translation ? config.translation().decoder_trained_depth() : 0,
-                                             config.compute_precision() == v1::BFLOAT16
+                                             servable->precision == v1::BFLOAT16
                                                  ? runtime::ComputePrecision::kBFloat16
                                                  : runtime::ComputePrecision::kFloat32));
   if (translation && (model->bos_id() != servable->tokenizer->bos_id() ||
@@ -319,7 +326,7 @@ v1::ModelInfo ModelManager::Describe(const ModelEntry& entry) {
   info.set_parameters(c.parameters() > 0 ? c.parameters() : s.model->parameter_count());
   info.set_size_bytes(s.size_bytes);
   info.set_device(s.device);
-  info.set_compute_precision(c.compute_precision());
+  info.set_compute_precision(s.precision);
   return info;
 }
 

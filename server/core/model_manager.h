@@ -30,6 +30,8 @@ struct Servable {
   int64_t size_bytes = 0;
   int output_width = 0;  // embedding dimension or number of labels, as the module produced it
   std::string device;
+  // What runs: config.compute_precision, or FLOAT32 where bfloat16 would only be emulated.
+  v1::ComputePrecision precision = v1::FLOAT32;
 };
 
 struct ModelEntry {

@@ -3,6 +3,8 @@
 #include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 
+#include <fstream>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
@@ -47,6 +49,17 @@ PrecisionScope::~PrecisionScope() {
     at::autocast::set_cpu_enabled(was_enabled_);
     at::autocast::set_autocast_cpu_dtype(previous_dtype_);
   }
+}
+
+bool NativeBfloat16(const torch::Device& device) {
+  if (device.is_cuda()) return true;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (!absl::StartsWith(line, "flags")) continue;
+    return absl::StrContains(line, " avx512_bf16") || absl::StrContains(line, " amx_bf16");
+  }
+  return false;
 }
 
 absl::StatusOr<torch::Device> ParseDevice(const std::string& spec) {

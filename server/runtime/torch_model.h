@@ -32,6 +32,11 @@ class PrecisionScope {
   at::ScalarType previous_dtype_ = at::kBFloat16;
 };
 
+/// Whether `device` runs bfloat16 matrix products natively: a CPU with AVX512_BF16 or AMX-BF16
+/// (read from /proc/cpuinfo), or a CUDA device. Elsewhere LibTorch emulates them, slower than
+/// float32.
+bool NativeBfloat16(const torch::Device& device);
+
 /// Parses "cpu", "cuda" or "cuda:N" and checks the device exists in this LibTorch build.
 absl::StatusOr<torch::Device> ParseDevice(const std::string& spec);
 
