@@ -52,7 +52,7 @@ absl::StatusOr<scheduler::ExecStats> TranslationExecutor::Run(const scheduler::E
     std::vector<torch::Tensor> memories(batch.rows.size());
     Integrate(batch, abandoned, stats,
               [&](const std::vector<size_t>& rows, const torch::Tensor& h, const torch::Tensor& mask) {
-                const torch::Tensor memory = model_->OutputStageUnchecked(h, mask);
+                const torch::Tensor memory = model_->OutputStageUnchecked(h, mask).to(torch::kFloat32);
                 for (size_t k = 0; k < rows.size(); ++k) {
                   const int64_t length = static_cast<int64_t>(batch.rows[rows[k]].input->ids.size());
                   memories[rows[k]] = memory[static_cast<int64_t>(k)].narrow(0, 0, length);
