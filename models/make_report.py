@@ -31,6 +31,9 @@ def main():
     base = load("baselines") or {}
     cls = load("classify-sections"); esb = load("embed-sharebert"); eel = load("embed-eelbert")
     fixed = load("sharebert-fixed"); served = load("served")
+    served_bf16 = load("served-bf16") or {}
+    bf16 = {(r["model"], r["dataset"], r["steps"], k): r[k] for r in served_bf16.get("results", [])
+            for k in ("accuracy", "macro_f1", "recall@1", "recall@10") if k in r}
     runs = {}
     for r in ("sharebert-robust", "sharebert-fixed", "eelbert-robust"):
         p = os.path.join(HERE, "work", "runs", r, "train.log")
@@ -166,13 +169,18 @@ def main():
     out_md += "\n## Served path (C++ server over gRPC)\n\n"
     if served and served.get("results"):
         out_md += "Measured with `%s` against `%s` (Euler, exact steps requested).\n\n" % (served["command"], served["address"])
-        out_md += "| model | dataset | steps | metric | served | Python path |\n| --- | --- | --- | --- | --- | --- |\n"
+        if bf16:
+            out_md += ("`served, BFLOAT16`: the same calls with `compute_precision: BFLOAT16` (bfloat16 matrix "
+                       "products, float32 state and outputs), measured with `%s`.\n\n" % served_bf16["command"])
+        out_md += ("| model | dataset | steps | metric | served | served, BFLOAT16 | Python path |\n"
+                   "| --- | --- | --- | --- | --- | --- | --- |\n")
         py = {"classify-sections": cls, "embed-sharebert": esb, "embed-eelbert": eel}
         for r in served["results"]:
             for k in ("accuracy", "macro_f1", "recall@1", "recall@10"):
                 if k in r:
-                    out_md += "| %s | %s | %d | %s | %s | %s |\n" % (r["model"], r["dataset"], r["steps"], k, f(r[k]),
-                                                                     f(pick(py.get(r["model"]), r["dataset"], "EULER", r["steps"], k)))
+                    out_md += "| %s | %s | %d | %s | %s | %s | %s |\n" % (
+                        r["model"], r["dataset"], r["steps"], k, f(r[k]), f(bf16.get((r["model"], r["dataset"], r["steps"], k))),
+                        f(pick(py.get(r["model"]), r["dataset"], "EULER", r["steps"], k)))
         if served.get("models"):
             out_md += "\nModel states reported by the server: %s\n" % json.dumps(served["models"])
     else:

@@ -16,14 +16,19 @@ BEGIN, END = "<!-- translation:begin -->", "<!-- translation:end -->"
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--eval", default=os.path.join(HERE, "work", "eval", "translation.json"))
+    ap.add_argument("--eval", default=os.path.join(HERE, "work", "eval", "translation.json"),
+                    help="eval_translation.py output; a comma list is merged (copy-source and counts from the first)")
     ap.add_argument("--served", required=True)
     ap.add_argument("--plain", required=True)
     ap.add_argument("--uski", required=True)
     ap.add_argument("--fixed", required=True)
+    ap.add_argument("--continued", default="",
+                    help="a model trained further from --plain's weights (a second stage), shown beside the equal-budget runs")
     ap.add_argument("--notes", default="", help="markdown appended to the section (training budget etc.)")
     a = ap.parse_args()
-    ev = json.load(open(a.eval, encoding="utf-8"))
+    evals = [json.load(open(p, encoding="utf-8")) for p in a.eval.split(",")]
+    ev = dict(evals[0], results=[r for e in evals for r in e["results"]],
+              command="`; `".join(e["command"] for e in evals))
     manifest = json.load(open(os.path.join(HERE, "data", "manifest-translation.json")))
     res = ev["results"]
 
@@ -54,7 +59,10 @@ def main():
     out.append("| --- | --- | --- | --- | --- | --- |")
     cs = ev["copy_source"]
     out.append("| copy the source (baseline) | %.2f | - | %.2f | %.2f | - |" % (cs["short"]["bleu"], cs["short"]["chrf"], cs["paragraphs"]["bleu"]))
-    for label, model in (("step-robust, plain", a.plain), ("step-robust, USKI pre-training", a.uski), ("fixed depth, plain", a.fixed)):
+    systems = [("step-robust, plain", a.plain), ("step-robust, USKI pre-training", a.uski), ("fixed depth, plain", a.fixed)]
+    if a.continued:
+        systems.insert(0, ("step-robust, plain, continued training", a.continued))
+    for label, model in systems:
         g, b = get(model, "test-short", L, L), get(model, "test-short", L, L, 4)
         pg, pb = get(model, "test-paragraphs", L, L), get(model, "test-paragraphs", L, L, 4)
         served = " (served as `%s`)" % a.served.split("/")[-1] if model == a.served else ""
@@ -64,7 +72,7 @@ def main():
     out.append("")
     out.append("### BLEU at every (encoder steps, decoder steps), greedy, test short descriptions")
     out.append("")
-    for label, model in (("step-robust, plain", a.plain), ("step-robust, USKI", a.uski), ("fixed depth", a.fixed)):
+    for label, model in systems:
         out.append("**%s** (`%s`): rows = encoder steps, columns = decoder steps." % (label, model))
         out.append("")
         model_grid = sorted({r["encoder_steps"] for r in res if r["model"] == model and r["dataset"] == "test-short"})

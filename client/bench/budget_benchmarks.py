@@ -221,7 +221,12 @@ def main():
             "note_health": "includes odeserve-cli process start (fork/exec, channel setup)",
             "rss_kib_first": rss[0] if rss else None, "rss_kib_last": rss[-1] if rss else None,
             "rss_kib_max": max(rss) if rss else None,
-            "rss_growth_pct": (100.0 * (rss[-1] - rss[0]) / rss[0]) if rss else None}
+            "rss_growth_pct": (100.0 * (rss[-1] - rss[0]) / rss[0]) if rss else None,
+            # Bounded or leaking: growth over the second half of the run, once batches of every
+            # size have been allocated, next to the whole-run figure above.
+            "rss_growth_second_half_pct": (100.0 * (rss[-1] - rss[len(rss) // 2]) / rss[len(rss) // 2])
+            if len(rss) > 2 else None,
+            "rss_kib_per_second": rss}
         server.stop()
 
     print(json.dumps(result, indent=1))
