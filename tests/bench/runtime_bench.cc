@@ -40,8 +40,9 @@ struct Loaded {
 std::string g_model_dir;
 std::string g_translate_model_dir;
 
-// `bfloat16` forces compute_precision BFLOAT16 (else the config's), for same-run comparisons.
-Loaded* Load(const std::string& dir, bool bfloat16 = false) {
+// The config's compute_precision is ignored: each benchmark names the precision it runs, so
+// float32 and bfloat16 compare in one run.
+Loaded* Load(const std::string& dir, bool bfloat16) {
   auto* l = new Loaded();
   auto config = repository::LoadModelConfig(dir);
   if (!config.ok()) {
@@ -55,9 +56,8 @@ Loaded* Load(const std::string& dir, bool bfloat16 = false) {
   auto model = runtime::TorchModel::Load((std::filesystem::path(dir) / l->config.torchscript_file()).string(),
                                          torch::Device(torch::kCPU), l->config.trained_depth(),
                                          translation ? l->config.translation().decoder_trained_depth() : 0,
-                                         bfloat16 || l->config.compute_precision() == v1::BFLOAT16
-                                             ? runtime::ComputePrecision::kBFloat16
-                                             : runtime::ComputePrecision::kFloat32);
+                                         bfloat16 ? runtime::ComputePrecision::kBFloat16
+                                                  : runtime::ComputePrecision::kFloat32);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
     std::exit(2);
@@ -74,7 +74,7 @@ Loaded* Load(const std::string& dir, bool bfloat16 = false) {
 }
 
 Loaded& Model() {
-  static Loaded* loaded = Load(g_model_dir);
+  static Loaded* loaded = Load(g_model_dir, /*bfloat16=*/false);
   return *loaded;
 }
 
@@ -84,7 +84,7 @@ Loaded& ModelBfloat16() {
 }
 
 Loaded& Translator() {
-  static Loaded* loaded = Load(g_translate_model_dir);
+  static Loaded* loaded = Load(g_translate_model_dir, /*bfloat16=*/false);
   return *loaded;
 }
 
