@@ -4,6 +4,9 @@ with a few texts (ASCII, umlauts, CJK, emoji) at several (solver, steps) and com
 Python mirror (odeserve_models.solvers) on the same model folder.
 
   /usr/bin/python3 models/check_served_parity.py --address localhost:50051 --repository models/repository
+  # or start a server on the repository (and stop it afterwards)
+  /usr/bin/python3 models/check_served_parity.py --start build/server/odeserve --repository R
+Parity is float32 parity: run it on a repository whose models are compute_precision FLOAT32.
 """
 import argparse
 import os
@@ -11,11 +14,10 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import eval_served  # noqa: E402
+from odeserve_models.served import Served  # noqa: E402
 from odeserve_models.solvers import run  # noqa: E402
 from odeserve_models.verify import load_model_dir  # noqa: E402
 
@@ -23,19 +25,13 @@ TEXTS = ["Python library for XML parsing", "Spiel mit Raumschiffen und Außerird
          "bibliothèque de développement — 中文 😀", "x"]
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--address", default="localhost:50051")
-    ap.add_argument("--repository", default=os.path.join(HERE, "repository"))
-    ap.add_argument("--tol", type=float, default=1e-4)
-    a = ap.parse_args()
-    _, pb, pbg = eval_served.stubs()
-    s = pbg.InferenceStub(grpc.insecure_channel(a.address))
+def check(pb, s, infos, repository):
+    """Max |served - Python| over every READY model at four (steps, solver) settings."""
     worst = 0.0
-    for info in s.ListModels(pb.ListModelsRequest(), timeout=10).models:
+    for info in infos:
         if info.state != pb.READY:
             print(info.name, "not ready:", info.error); continue
-        cfg, tok, m = load_model_dir(os.path.join(a.repository, info.name))
+        cfg, tok, m = load_model_dir(os.path.join(repository, info.name))
         L = cfg["trained_depth"]
         for n, solver in ((L, "EULER"), (1, "EULER"), (max(1, L // 2), "HEUN"), (1, "RK4")):
             co = pb.ComputeOptions(steps=n, solver=pb.Solver.Value(solver))
@@ -51,6 +47,19 @@ def main():
             d = float(np.abs(srv - py).max())
             worst = max(worst, d)
             print("%-20s %-5s n=%-2d max |served - python| = %.3g" % (info.name, solver, n, d))
+    return worst
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--address", default="")
+    ap.add_argument("--start", default="", help="server binary to start on --repository")
+    ap.add_argument("--grpc_port", type=int, default=50074)
+    ap.add_argument("--repository", default=os.path.join(HERE, "repository"))
+    ap.add_argument("--tol", type=float, default=1e-4)
+    a = ap.parse_args()
+    with Served(a.address, a.start, a.repository, a.grpc_port, -1) as served:
+        worst = check(served.pb, served.stub, served.models.values(), a.repository)
     print("worst", worst)
     sys.exit(0 if worst <= a.tol else 1)
 
