@@ -109,8 +109,10 @@ def main():
         "Parameter-shared encoder-decoder en->de: one shared pre-LN encoder block (L=%d) and one shared "
         "decoder block (self-attention with a KV cache per step index, cross-attention, FFN; L=%d), "
         "tied 8k SentencePiece embeddings, H=%d, %d heads, FFN %d; trained %s%s on DDTP en->de short "
-        "descriptions and aligned paragraphs (%d optimizer steps)"
-        % (L, Ld, targs["hidden"], targs["heads"], targs["ffn"], mode, uski, step or -1))
+        "descriptions and aligned paragraphs (%d optimizer steps%s)"
+        % (L, Ld, targs["hidden"], targs["heads"], targs["ffn"], mode, uski, step or -1,
+           ", continuing the weights of %s under a new schedule" % os.path.basename(os.path.dirname(targs["init"]))
+           if targs.get("init") else ""))
     cfg = config_text(a.name, model, "TRANSLATION", description, MAX_SOURCE_TOKENS,
                       steps=(1, 2 * L, L), solvers=("EULER",), languages=["en", "de"],
                       batching=dict(max_batch_size=32, max_batch_tokens=4096, max_queue_delay_us=2000,
