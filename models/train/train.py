@@ -137,7 +137,7 @@ def main():
     say("loaded", n_sl, "short-long pairs,", len(xl), "cross-lingual pairs in %.0fs" % (time.time() - t0))
     # tokenize once
     t0 = time.time()
-    labelled = [(r["text"], lab_id[r["label"]]) for r in sec]
+    labelled = [(r["text"], lab_id[r["label"]]) for r in sec] if a.objective == "classify" else []
     texts = sorted({p[1] for p in pairs + xl} | {p[2] for p in pairs + xl} | {t for t, _ in labelled})
     seqs = dict(zip(texts, enc.encode(texts)))
     say("tokenized", len(texts), "texts in %.0fs" % (time.time() - t0),

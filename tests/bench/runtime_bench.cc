@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <iterator>
 #include <string>
@@ -73,25 +74,16 @@ Loaded* Load(const std::string& dir, bool bfloat16) {
   return l;
 }
 
-Loaded& Model() {
-  static Loaded* loaded = Load(g_model_dir, /*bfloat16=*/false);
-  return *loaded;
+// One loaded copy per (folder, precision), made on first use.
+Loaded& Cached(const std::string& dir, bool bfloat16) {
+  static std::map<std::pair<std::string, bool>, Loaded*> loaded;
+  Loaded*& slot = loaded[{dir, bfloat16}];
+  if (slot == nullptr) slot = Load(dir, bfloat16);
+  return *slot;
 }
 
-Loaded& ModelBfloat16() {
-  static Loaded* loaded = Load(g_model_dir, /*bfloat16=*/true);
-  return *loaded;
-}
-
-Loaded& Translator() {
-  static Loaded* loaded = Load(g_translate_model_dir, /*bfloat16=*/false);
-  return *loaded;
-}
-
-Loaded& TranslatorBfloat16() {
-  static Loaded* loaded = Load(g_translate_model_dir, /*bfloat16=*/true);
-  return *loaded;
-}
+Loaded& Model(bool bfloat16 = false) { return Cached(g_model_dir, bfloat16); }
+Loaded& Translator(bool bfloat16 = false) { return Cached(g_translate_model_dir, bfloat16); }
 
 // A row of exactly `length` tokens of real-looking text.
 tokenizer::EncodedText Row(int length) {
@@ -106,7 +98,7 @@ tokenizer::EncodedText Row(int length) {
 // and optionally 1 for compute_precision BFLOAT16.
 void BM_Batch(benchmark::State& state) {
   const bool bfloat16 = state.range(4) == 1;
-  Loaded& m = bfloat16 ? ModelBfloat16() : Model();
+  Loaded& m = Model(bfloat16);
   const int rows = static_cast<int>(state.range(0));
   const int length = std::min<int>(state.range(1), m.config.max_sequence_length());
   const int depth = m.config.trained_depth();
@@ -156,7 +148,7 @@ constexpr const char* kSources[] = {
 // for compute_precision BFLOAT16. Encoder at L.
 void BM_Translate(benchmark::State& state) {
   const bool bfloat16 = state.range(3) == 1;
-  Loaded& m = bfloat16 ? TranslatorBfloat16() : Translator();
+  Loaded& m = Translator(bfloat16);
   const int rows = static_cast<int>(state.range(0));
   const int beam = static_cast<int>(state.range(1));
   const int decoder_depth = m.config.translation().decoder_trained_depth();
