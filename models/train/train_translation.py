@@ -61,8 +61,9 @@ def parse():
     ap.add_argument("--amp", type=int, default=1)
     ap.add_argument("--ckpt-minutes", type=float, default=5)
     ap.add_argument("--init", default="",
-                    help="final.pt of an earlier run: start from its weights with a fresh optimizer "
-                         "and schedule (continued training); ignored when out/last.pt exists")
+                    help="final.pt of an earlier run, or an exported model.pt (TorchScript): start from "
+                         "its weights with a fresh optimizer and schedule (continued training); "
+                         "ignored when out/last.pt exists")
     return ap.parse_args()
 
 
@@ -198,6 +199,17 @@ def evaluate(model, valid, a, tok, steps_pairs, n_bleu=150):
     return out
 
 
+def init_weights(path, model):
+    """Weights of a training checkpoint, or of an exported TorchScript translator (its
+    buffers made by prepare(), such as the bfloat16 projection, are not parameters: dropped)."""
+    if path.endswith("model.pt"):  # the artifact contract's TorchScript file
+        state = torch.jit.load(path).state_dict()
+    else:
+        state = torch.load(path)["model"]
+    keys = set(model.state_dict())
+    return {k: v for k, v in state.items() if k in keys}
+
+
 def main():
     a = parse()
     torch.set_num_threads(a.threads)
@@ -228,7 +240,7 @@ def main():
         rng.setstate(ck["rng"]); torch.set_rng_state(ck["torch_rng"])
         emit(dict(event="resume", step=step))
     elif a.init:
-        model.load_state_dict(torch.load(a.init)["model"])
+        model.load_state_dict(init_weights(a.init, model))
         emit(dict(event="init", weights=a.init))
     emit(dict(event="start", args=vars(a), train_pairs=len(train), valid_pairs=len(valid),
               parameters=sum(p.numel() for p in model.parameters())))

@@ -31,6 +31,9 @@ v1::Solver ToProtoSolver(scheduler::Solver solver) {
 
 namespace {
 
+// Default batching.pad_to_multiple of a model that runs bfloat16 on the CPU.
+constexpr int kBfloat16PadMultiple = 16;
+
 // Text used to build warm-up rows of realistic token statistics.
 constexpr char kWarmupText[] =
     "library for reading and writing compressed archives with a command line tool and python "
@@ -149,7 +152,15 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
   servable->model = std::move(model);
   servable->size_bytes = repository::FolderSizeBytes(dir);
 
+  // bfloat16 kernels are compiled per shape on the CPU: padding lengths to multiples of 16
+  // bounds the shapes (all compiled at load, below) at a little padded compute.
+  servable->pad_to_multiple = config.batching().pad_to_multiple();
+  if (servable->pad_to_multiple == 0) {
+    servable->pad_to_multiple = servable->precision == v1::BFLOAT16 && device.is_cpu() ? kBfloat16PadMultiple : 1;
+  }
   runtime::InputLayout layout;
+  layout.pad_to_multiple = servable->pad_to_multiple;
+  layout.max_length = config.max_sequence_length();
   layout.hashed = tok_options.hashed;
   layout.feature_dim = tok_options.hash.dim;
   layout.pad_id = servable->tokenizer->pad_id();
@@ -194,6 +205,8 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
   sched.max_batch_tokens = config.batching().max_batch_tokens();
   sched.max_queue_delay = absl::Microseconds(config.batching().max_queue_delay_us());
   sched.max_queue_size = config.batching().max_queue_size();
+  sched.pad_to_multiple = servable->pad_to_multiple;
+  sched.max_sequence_length = config.max_sequence_length();
   sched.min_steps = config.steps().min();
   sched.max_steps = config.steps().max();
   sched.default_steps = config.steps().default_steps();
@@ -244,6 +257,25 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
     // Every measured shape runs once unmeasured first: first calls of a shape pay allocator
     // and kernel-selection costs that steady-state traffic never sees.
     warmup.insert(warmup.end(), calibration.begin(), calibration.end());
+    // A bfloat16 encoder compiles oneDNN kernels per (rows x padded tokens) shape. Padding
+    // leaves few enough of them to compile all at load, so traffic never waits for a compile
+    // and the kernel cache (and RSS) does not grow while serving.
+    std::vector<std::vector<tokenizer::EncodedText>> bucket_rows;
+    if (servable->precision == v1::BFLOAT16 && servable->pad_to_multiple > 1 && !translation) {
+      for (int length = servable->pad_to_multiple;; length += servable->pad_to_multiple) {
+        length = std::min(length, max_len);
+        bucket_rows.emplace_back(max_batch, WarmupRow(*servable->tokenizer, length));
+        if (length == max_len) break;
+      }
+      for (const auto& rows : bucket_rows) {
+        const int64_t length = static_cast<int64_t>(rows.front().ids.size());
+        for (int count = 1; count <= max_batch && count * length <= config.batching().max_batch_tokens(); ++count) {
+          scheduler::ExecBatch batch;
+          for (int r = 0; r < count; ++r) batch.rows.push_back({&rows[r], 1, {}});
+          warmup.push_back(std::move(batch));
+        }
+      }
+    }
     RETURN_IF_ERROR(servable->scheduler->Calibrate(warmup, calibration));
   }
   return servable;
@@ -327,6 +359,7 @@ v1::ModelInfo ModelManager::Describe(const ModelEntry& entry) {
   info.set_size_bytes(s.size_bytes);
   info.set_device(s.device);
   info.set_compute_precision(s.precision);
+  info.set_pad_to_multiple(s.pad_to_multiple);
   return info;
 }
 

@@ -205,6 +205,11 @@ absl::Status ValidateModelConfig(const ModelConfig& config, const fs::path& mode
   }
   if (batching.max_queue_delay_us() < 0) return FieldError(file, "batching.max_queue_delay_us", "must be >= 0");
   if (batching.max_queue_size() < 1) return FieldError(file, "batching.max_queue_size", absl::StrCat("must be >= 1, got ", batching.max_queue_size()));
+  if (batching.pad_to_multiple() < 0 || batching.pad_to_multiple() > config.max_sequence_length()) {
+    return FieldError(file, "batching.pad_to_multiple",
+                      absl::StrCat("must be in [0, max_sequence_length = ", config.max_sequence_length(),
+                                   "], got ", batching.pad_to_multiple()));
+  }
   if (config.max_inputs_per_request() < 1) return FieldError(file, "max_inputs_per_request", "must be >= 1");
   if (!config.quality_profile_file().empty()) {
     RETURN_IF_ERROR(CheckFileField(file, model_dir, "quality_profile_file", config.quality_profile_file()));

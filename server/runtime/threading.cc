@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <thread>
 
 #include <ATen/Parallel.h>
@@ -15,11 +16,15 @@ std::string ThreadingReport::summary() const {
   return absl::StrCat("intra_op_threads=", intra_op_threads, " inter_op_threads=", inter_op_threads,
                       " openblas=", openblas_found ? absl::StrCat("threads:", openblas_threads,
                                                                   " core:", openblas_core)
-                                                   : "not loaded");
+                                                   : "not loaded",
+                      " onednn_cache=", onednn_cache_capacity);
 }
 
 ThreadingReport ConfigureThreading(int intra_op_threads) {
   ThreadingReport report;
+  // Read by oneDNN once, at its first primitive: before any model loads. The caller's wins.
+  setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", kOneDnnCacheCapacity, /*overwrite=*/0);
+  report.onednn_cache_capacity = std::getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY");
   if (intra_op_threads <= 0) intra_op_threads = std::max(1u, std::thread::hardware_concurrency());
   // The inter-op pool can only be sized before its first use; a second call must not throw.
   try {

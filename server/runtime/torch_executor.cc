@@ -22,6 +22,7 @@ std::pair<torch::Tensor, torch::Tensor> TorchExecutor::MakeInputs(
   const int64_t batch = static_cast<int64_t>(rows.size());
   int64_t length = 0;
   for (const auto& row : rows) length = std::max<int64_t>(length, RowLength(row));
+  length = scheduler::PaddedLength(length, layout_.pad_to_multiple, layout_.max_length);
   torch::Tensor mask = torch::zeros({batch, length}, torch::kFloat32);
   auto mask_data = mask.accessor<float, 2>();
   torch::Tensor x;
@@ -101,6 +102,7 @@ void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
     active.swap(next_active);
     if (active.empty()) break;
     const torch::Tensor index = torch::tensor(kept, torch::kInt64).to(h.device());
+    longest = std::min(scheduler::PaddedLength(longest, layout_.pad_to_multiple, layout_.max_length), h.size(1));
     h = h.index_select(0, index).narrow(1, 0, longest).contiguous();
     mask = mask.index_select(0, index).narrow(1, 0, longest).contiguous();
     dt = dt.index_select(0, index);

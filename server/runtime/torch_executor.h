@@ -17,6 +17,9 @@ struct InputLayout {
   bool hashed = false;  // float [B, T, feature_dim] features instead of int64 [B, T] ids
   int feature_dim = 0;
   int64_t pad_id = 0;
+  // Batches are padded to a multiple of this many tokens, at most max_length (PaddedLength).
+  int pad_to_multiple = 1;
+  int64_t max_length = 0;
 };
 
 class TorchExecutor : public scheduler::BatchExecutor {

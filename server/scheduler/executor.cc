@@ -26,4 +26,10 @@ int DefaultMaxOutputTokens(int input_tokens, int model_limit) {
   return std::clamp(2 * input_tokens + 8, 2, model_limit);
 }
 
+int64_t PaddedLength(int64_t longest, int pad_to_multiple, int64_t max_length) {
+  if (pad_to_multiple <= 1 || longest <= 0) return longest;
+  const int64_t padded = (longest + pad_to_multiple - 1) / pad_to_multiple * pad_to_multiple;
+  return max_length > 0 ? std::max(longest, std::min(padded, max_length)) : padded;
+}
+
 }  // namespace odeserve::scheduler

@@ -31,6 +31,11 @@ struct DecodeSpec {
 /// plus a little (German runs ~1.5x the English token count here), within the model's limit.
 int DefaultMaxOutputTokens(int input_tokens, int model_limit);
 
+/// The token length a batch whose longest row has `longest` tokens runs at: rounded up to a
+/// multiple of `pad_to_multiple` (<= 1: not rounded), never past `max_length`, the model's
+/// position limit (0: none).
+int64_t PaddedLength(int64_t longest, int pad_to_multiple, int64_t max_length);
+
 struct ExecRow {
   const tokenizer::EncodedText* input = nullptr;  // owned by the caller for the whole run
   int steps = 1;

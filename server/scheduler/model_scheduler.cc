@@ -121,7 +121,7 @@ int ModelScheduler::queued_rows() const {
 
 absl::Duration ModelScheduler::PredictCompute(const PlanRequest& request, int steps, Solver solver,
                                               int decoder_steps) const {
-  const int64_t longest = request.padded_tokens / std::max(1, request.rows);
+  const int64_t longest = Padded(request.padded_tokens / std::max(1, request.rows));
   return absl::Seconds(cost_model_.Predict(Work(request.rows, longest, steps, solver, decoder_steps,
                                                 request.beam_size, request.expected_output_tokens)));
 }
@@ -270,6 +270,7 @@ absl::Status ModelScheduler::Submit(std::unique_ptr<WorkItem> item) {
     auto entry = std::make_shared<Entry>();
     entry->enqueued = absl::Now();
     for (const auto& row : item->rows) entry->longest = std::max(entry->longest, row.ids.size());
+    entry->longest = static_cast<size_t>(Padded(static_cast<int64_t>(entry->longest)));
     entry->outputs.resize(item->rows.size());
     if (item->decode.decoder_steps > 0) {
       entry->tokens.resize(item->rows.size());
@@ -311,7 +312,8 @@ std::vector<ModelScheduler::Slice> ModelScheduler::TakeBatchLocked(
     size_t take = 0;
     size_t take_longest = longest;
     while (entry.next_row + take < item.rows.size()) {
-      const size_t length = std::max(take_longest, item.rows[entry.next_row + take].ids.size());
+      const size_t length = std::max(
+          take_longest, static_cast<size_t>(Padded(static_cast<int64_t>(item.rows[entry.next_row + take].ids.size()))));
       const int new_rows = rows + static_cast<int>(take) + 1;
       const bool fits = new_rows <= options_.max_batch_size &&
                         static_cast<int64_t>(length) * new_rows <= options_.max_batch_tokens;
@@ -411,7 +413,7 @@ double ModelScheduler::PredictBatchSeconds(const std::vector<Slice>& slices) con
   }
   CostShape shape;
   shape.rows = rows;
-  shape.padded_tokens = rows * static_cast<int64_t>(longest);
+  shape.padded_tokens = rows * Padded(static_cast<int64_t>(longest));
   shape.token_evaluations = shape.padded_tokens * evaluations;
   for (const auto& [key, group] : decoder_groups) {
     shape.decoder_calls += group.decoder_calls;

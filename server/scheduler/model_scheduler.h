@@ -69,6 +69,10 @@ struct SchedulerOptions {
   int max_batch_tokens = 8192;
   absl::Duration max_queue_delay = absl::Milliseconds(2);
   int max_queue_size = 1024;  // queued rows
+  // Batches run padded to a multiple of this many tokens (PaddedLength), at most
+  // max_sequence_length: costs and max_batch_tokens count the padded length.
+  int pad_to_multiple = 1;
+  int max_sequence_length = 0;
   int min_steps = 1;
   int max_steps = 1;
   int default_steps = 1;
@@ -181,6 +185,10 @@ class ModelScheduler {
   std::vector<Slice> TakeBatchLocked(std::vector<std::shared_ptr<Entry>>& dropped);
   /// The cost model's prediction for a batch of these slices (the longest row pads all).
   double PredictBatchSeconds(const std::vector<Slice>& slices) const;
+  /// A batch's token length once padded (SchedulerOptions::pad_to_multiple).
+  int64_t Padded(int64_t longest) const {
+    return PaddedLength(longest, options_.pad_to_multiple, options_.max_sequence_length);
+  }
   void RunBatch(std::vector<Slice> slices, double predicted_seconds);
   void Complete(Entry& entry, absl::StatusOr<WorkResult> result);
   /// Predicted compute of a call: `rows` x `tokens` padded, encoder `steps` of `solver`, and

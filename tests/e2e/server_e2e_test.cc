@@ -33,7 +33,8 @@ using v1::EmbedResponse;
 constexpr int kTrainedDepth = 4;  // tiny models: L = 4, steps 1..8
 
 // Builds the e2e repository: the test models, a copy of tiny-albert whose queue holds 2 inputs
-// and waits 300 ms to fill a batch (for overload, deadline and drain tests), and a broken model.
+// and waits 300 ms to fill a batch (for overload, deadline and drain tests), a copy that pads
+// batches to 8-token lengths, and a broken model.
 fs::path MakeRepository() {
   const fs::path repo = testing::CopyToTemp(ODESERVE_TEST_REPOSITORY, "e2e-repo");
   fs::remove(repo / ".stamp");
@@ -41,6 +42,9 @@ fs::path MakeRepository() {
   testing::EditConfig(repo / "slow-queue", "name: \"tiny-albert\"", "name: \"slow-queue\"");
   testing::EditConfig(repo / "slow-queue", "max_queue_delay_us: 1000", "max_queue_delay_us: 300000");
   testing::EditConfig(repo / "slow-queue", "max_queue_size: 64", "max_queue_size: 2");
+  fs::copy(repo / "tiny-albert", repo / "padded-albert", fs::copy_options::recursive);
+  testing::EditConfig(repo / "padded-albert", "name: \"tiny-albert\"", "name: \"padded-albert\"");
+  testing::EditConfig(repo / "padded-albert", "max_queue_size: 64", "max_queue_size: 64\n  pad_to_multiple: 8");
   fs::copy(repo / "tiny-classifier", repo / "broken-classifier", fs::copy_options::recursive);
   testing::EditConfig(repo / "broken-classifier", "name: \"tiny-classifier\"", "name: \"broken-classifier\"");
   testing::EditConfig(repo / "broken-classifier", "trained_depth: 4", "trained_depth: 0");
@@ -259,7 +263,7 @@ TEST_F(ServerTest, ListAndGetModelDescribeModelsAndTheBrokenOne) {
   EXPECT_EQ(by_name["broken-classifier"].state(), v1::FAILED);
   EXPECT_THAT(by_name["broken-classifier"].error(), AllOf(HasSubstr("config.pbtxt"), HasSubstr("trained_depth")));
   for (const std::string name : {"tiny-albert", "tiny-sharebert", "tiny-eelbert", "tiny-classifier", "tiny-translator",
-                                 "slow-queue"}) {
+                                 "slow-queue", "padded-albert"}) {
     EXPECT_EQ(by_name[name].state(), v1::READY) << name;
   }
 
@@ -281,6 +285,30 @@ TEST_F(ServerTest, ListAndGetModelDescribeModelsAndTheBrokenOne) {
                 info.cost_model().fixed_seconds(), 0);
   EXPECT_GT(info.parameters(), 1000);
   EXPECT_GT(info.size_bytes(), 10000);
+}
+
+TEST_F(ServerTest, PaddedBatchesServeTheSameEmbeddings) {
+  // batching.pad_to_multiple changes the shapes a batch runs at, never a row's result.
+  for (const auto& [name, multiple] : std::vector<std::pair<std::string, int>>{{"tiny-albert", 1}, {"padded-albert", 8}}) {
+    grpc::ClientContext context;
+    v1::GetModelRequest get;
+    get.set_name(name);
+    v1::GetModelResponse model;
+    ASSERT_TRUE(stub_->GetModel(&context, get, &model).ok());
+    EXPECT_EQ(model.model().pad_to_multiple(), multiple) << name;
+  }
+  const std::vector<std::string> texts = {"game", "Python bindings for the GNU scientific library",
+                                          "tools for the command line and a library"};
+  EmbedResponse plain, padded;
+  ASSERT_TRUE(Embed(EmbedOf("tiny-albert", texts), &plain).ok());
+  ASSERT_TRUE(Embed(EmbedOf("padded-albert", texts), &padded).ok());
+  ASSERT_EQ(padded.embeddings_size(), plain.embeddings_size());
+  for (int r = 0; r < plain.embeddings_size(); ++r) {
+    ASSERT_EQ(padded.embeddings(r).values_size(), plain.embeddings(r).values_size());
+    for (int i = 0; i < plain.embeddings(r).values_size(); ++i) {
+      EXPECT_NEAR(padded.embeddings(r).values(i), plain.embeddings(r).values(i), 1e-5) << "row " << r << " value " << i;
+    }
+  }
 }
 
 TEST_F(ServerTest, HealthCheckAndWatchPerService) {

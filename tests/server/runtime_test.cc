@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <memory>
 #include <string>
 #include <vector>
@@ -152,7 +153,7 @@ RunResult RunBatch(TorchExecutor& executor, const ExecBatch& batch,
 // The executor's token-evaluation count, computed independently: every iteration costs
 // (active rows) x (longest active row) x (evaluations per step).
 int64_t ExpectedTokenEvaluations(const std::vector<int>& lengths, const std::vector<int>& leave_after,
-                                 int evaluations) {
+                                 int evaluations, int pad_to_multiple = 1, int max_length = 0) {
   int64_t total = 0;
   const int iterations = *std::max_element(leave_after.begin(), leave_after.end());
   for (int it = 1; it <= iterations; ++it) {
@@ -163,7 +164,7 @@ int64_t ExpectedTokenEvaluations(const std::vector<int>& lengths, const std::vec
         longest = std::max(longest, lengths[r]);
       }
     }
-    total += int64_t{active} * longest * evaluations;
+    total += int64_t{active} * scheduler::PaddedLength(longest, pad_to_multiple, max_length) * evaluations;
   }
   return total;
 }
@@ -291,6 +292,55 @@ TEST_P(EveryTinyModel, RowsWithDifferentStepsMatchRunningAlone) {
           << scheduler::SolverName(solver) << " row " << r << " steps " << steps[r];
     }
   }
+}
+
+TEST_P(EveryTinyModel, PaddedBatchesMatchUnpaddedRows) {
+  // batching.pad_to_multiple: every batch (and every re-trimmed one) runs at a multiple of the
+  // padding, capped at the model's length limit, and padding changes no row's output.
+  constexpr int kMultiple = 8;
+  InputLayout padded_layout = tiny_->layout;
+  padded_layout.pad_to_multiple = kMultiple;
+  padded_layout.max_length = tiny_->config.max_sequence_length();
+  TorchExecutor padded(tiny_->model, padded_layout);
+  TorchExecutor unpadded(tiny_->model, tiny_->layout);
+  const int L = tiny_->depth;
+  const std::vector<int> steps = {3, L, 2 * L, 1, 2, L + 1};
+  ExecBatch batch{scheduler::Solver::kHeun, {}};
+  std::vector<int> lengths;
+  for (size_t r = 0; r < tiny_->rows.size(); ++r) {
+    batch.rows.push_back({&tiny_->rows[r], steps[r], {}});
+    lengths.push_back(static_cast<int>(tiny_->rows[r].ids.size()));
+  }
+  const int longest = *std::max_element(lengths.begin(), lengths.end());
+  const int64_t want_length = scheduler::PaddedLength(longest, kMultiple, padded_layout.max_length);
+  ASSERT_GT(want_length, longest) << "the texts must need padding for this test to mean anything";
+  auto [x, mask] = padded.MakeInputs(batch.rows);
+  EXPECT_EQ(mask.size(1), want_length);
+  EXPECT_EQ(mask.sum().item<float>(), static_cast<float>(std::accumulate(lengths.begin(), lengths.end(), 0)));
+
+  RunResult together = RunBatch(padded, batch);
+  ASSERT_TRUE(together.stats.ok()) << together.stats.status();
+  EXPECT_EQ(together.stats->padded_tokens, static_cast<int64_t>(lengths.size()) * want_length);
+  EXPECT_EQ(together.stats->token_evaluations,
+            ExpectedTokenEvaluations(lengths, steps, scheduler::EvaluationsPerStep(batch.solver), kMultiple,
+                                     padded_layout.max_length));
+  for (size_t r = 0; r < batch.rows.size(); ++r) {
+    RunResult alone = RunBatch(unpadded, ExecBatch{batch.solver, {batch.rows[r]}});
+    ASSERT_TRUE(alone.stats.ok());
+    EXPECT_EQ(together.done_calls[r], 1);
+    EXPECT_LE(MaxAbsDiff(together.outputs[r], alone.outputs[0]), Tolerance(alone.outputs[0])) << "row " << r;
+  }
+}
+
+TEST(PaddedLength, RoundsUpToTheMultipleWithinTheLimit) {
+  EXPECT_EQ(scheduler::PaddedLength(5, 1, 64), 5);
+  EXPECT_EQ(scheduler::PaddedLength(5, 0, 64), 5);
+  EXPECT_EQ(scheduler::PaddedLength(5, 16, 64), 16);
+  EXPECT_EQ(scheduler::PaddedLength(16, 16, 64), 16);
+  EXPECT_EQ(scheduler::PaddedLength(17, 16, 64), 32);
+  EXPECT_EQ(scheduler::PaddedLength(50, 16, 60), 60) << "never past the model's positions";
+  EXPECT_EQ(scheduler::PaddedLength(17, 16, 0), 32) << "0 = no limit";
+  EXPECT_EQ(scheduler::PaddedLength(0, 16, 64), 0) << "an empty batch stays empty";
 }
 
 TEST_P(EveryTinyModel, StepCountsChangeTheOutput) {
