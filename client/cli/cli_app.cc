@@ -249,6 +249,7 @@ absl::Status Translate(Env& env, const std::vector<std::string>& operands) {
   }
   req.set_beam_size(env.opt.beam_size);
   req.set_max_output_tokens(env.opt.max_output_tokens);
+  req.set_length_penalty(env.opt.length_penalty);
   req.set_truncate(env.opt.truncate);
   if (env.opt.stream) return TranslateStreamed(env, req);
   v1::TranslateResponse resp;
@@ -397,7 +398,7 @@ std::string CliUsage() {
 commands:
   embed [TEXT...|-]       embeddings of the inputs (--normalize)
   classify [TEXT...|-]    top-k labels of the inputs (--top_k)
-  translate [TEXT...|-]   translations of the inputs (--beam_size, --max_output_tokens, --stream)
+  translate [TEXT...|-]   translations of the inputs (--beam_size, --max_output_tokens, --length_penalty, --stream)
   models                  every model the server holds
   model NAME              one model: metadata, quality profile, cost model
   health [SERVICE]        grpc.health.v1 Check ("" = whole server, or odeserve.v1.Inference)

@@ -22,6 +22,7 @@ struct CliOptions {
   int top_k = 0;
   int beam_size = 0;
   int max_output_tokens = 0;
+  float length_penalty = 0;  // 0 = the model's
   bool stream = false;  // translate: TranslateStream, printing text as it is decoded
   std::optional<absl::Duration> deadline;  // gRPC deadline of each call
   bool json = false;

@@ -23,6 +23,7 @@ ABSL_FLAG(bool, truncate, false, "cut inputs longer than the model's limit inste
 ABSL_FLAG(int, top_k, 0, "classify: labels per input (0 = 1)");
 ABSL_FLAG(int, beam_size, 0, "translate: beam size (0 or 1 = greedy)");
 ABSL_FLAG(int, max_output_tokens, 0, "translate: output length limit (0 = from input length)");
+ABSL_FLAG(float, length_penalty, 0, "translate: beam ranking exponent, log-prob / tokens^p (0 = the model's)");
 ABSL_FLAG(bool, stream, false, "translate: stream the text as it is decoded (TranslateStream)");
 ABSL_FLAG(std::optional<absl::Duration>, deadline, std::nullopt, "gRPC deadline of the call, e.g. 2s");
 ABSL_FLAG(bool, json, false, "print machine-readable JSON");
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
   o.top_k = absl::GetFlag(FLAGS_top_k);
   o.beam_size = absl::GetFlag(FLAGS_beam_size);
   o.max_output_tokens = absl::GetFlag(FLAGS_max_output_tokens);
+  o.length_penalty = absl::GetFlag(FLAGS_length_penalty);
   o.stream = absl::GetFlag(FLAGS_stream);
   o.deadline = absl::GetFlag(FLAGS_deadline);
   o.json = absl::GetFlag(FLAGS_json);

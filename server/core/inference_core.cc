@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/common/status_macros.h"
+#include "server/repository/model_config.h"
 #include "server/tokenizer/ngram_hash.h"
 
 namespace odeserve::core {
@@ -110,7 +111,7 @@ absl::Status ValidateCompute(const Servable& s, const v1::ComputeOptions& comput
 
 // Translation-only fields: decoder steps, beams and output length within the model's limits.
 absl::Status ValidateDecode(const Servable& s, const v1::ComputeOptions& compute, int beam_size,
-                            int max_output_tokens) {
+                            int max_output_tokens, float length_penalty) {
   const std::string& name = s.config.name();
   const auto& t = s.config.translation();
   const auto& range = t.decoder_steps();
@@ -135,6 +136,11 @@ absl::Status ValidateDecode(const Servable& s, const v1::ComputeOptions& compute
     return absl::InvalidArgumentError(absl::StrCat("max_output_tokens ", max_output_tokens,
                                                    " is outside [0, ", t.max_output_tokens(), "] (model '",
                                                    name, "' limit; 0 = from the input length)"));
+  }
+  if (!(length_penalty >= 0 && length_penalty <= repository::kMaxLengthPenalty)) {
+    return absl::InvalidArgumentError(absl::StrCat("length_penalty ", length_penalty, " is outside [0, ",
+                                                   repository::kMaxLengthPenalty,
+                                                   "] (0 = model '", name, "' default, ", t.length_penalty(), ")"));
   }
   return absl::OkStatus();
 }
@@ -235,7 +241,9 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
   if (auto status = ValidateInputs(s, inputs); !status.ok()) return done(status);
   if (auto status = ValidateCompute(s, compute); !status.ok()) return done(status);
   if (decode != nullptr) {
-    if (auto status = ValidateDecode(s, compute, decode->beam_size, decode->max_output_tokens); !status.ok()) {
+    if (auto status = ValidateDecode(s, compute, decode->beam_size, decode->max_output_tokens,
+                                     decode->length_penalty);
+        !status.ok()) {
       return done(status);
     }
   } else if (compute.decoder_steps() != 0) {
@@ -275,6 +283,8 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
     const auto& t = s.config.translation();
     decode_spec.beam_size = std::max(1, decode->beam_size);
     decode_spec.max_output_tokens = decode->max_output_tokens;
+    decode_spec.length_penalty =
+        static_cast<float>(decode->length_penalty > 0 ? decode->length_penalty : t.length_penalty());
     // The decoder runs until the longest row stops: expect its measured output length.
     const int longest_source = static_cast<int>(longest);
     const int max_output = decode->max_output_tokens > 0
@@ -392,7 +402,7 @@ void InferenceCore::Classify(const CallContext& call, const v1::ClassifyRequest&
 
 void InferenceCore::Translate(const CallContext& call, const v1::TranslateRequest& request,
                               v1::TranslateResponse* response, Completion done) {
-  RunTranslate(call, "Translate", request, DecodeRequest{request.beam_size(), request.max_output_tokens(), nullptr},
+  RunTranslate(call, "Translate", request, DecodeRequest{request.beam_size(), request.max_output_tokens(), request.length_penalty(), nullptr},
                response, std::move(done));
 }
 
@@ -420,7 +430,7 @@ void InferenceCore::TranslateStream(const CallContext& call, const v1::Translate
   // The unary pipeline fills a whole response; the stream sends partial texts as they come and
   // turns that response into the final messages.
   auto response = std::make_shared<v1::TranslateResponse>();
-  DecodeRequest decode{request.beam_size(), request.max_output_tokens(), nullptr};
+  DecodeRequest decode{request.beam_size(), request.max_output_tokens(), request.length_penalty(), nullptr};
   decode.on_text = [write](size_t row, std::string text) {
     v1::TranslateStreamResponse message;
     message.set_index(static_cast<int>(row));

@@ -55,6 +55,7 @@ class InferenceCore {
   struct DecodeRequest {
     int beam_size = 0;
     int max_output_tokens = 0;
+    float length_penalty = 0;  // 0 = the model's
     /// Optional: a greedy row's text so far, after each generated token (streaming).
     std::function<void(size_t row, std::string text)> on_text;
   };

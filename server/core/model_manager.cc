@@ -352,6 +352,7 @@ v1::ModelInfo ModelManager::Describe(const ModelEntry& entry) {
     translation->set_default_decoder_steps(t.decoder_steps().default_steps());
     translation->set_max_output_tokens(t.max_output_tokens());
     translation->set_max_beam_size(t.max_beam_size());
+    translation->set_length_penalty(t.length_penalty());
     translation->set_source_language(t.source_language());
     translation->set_target_language(t.target_language());
   }

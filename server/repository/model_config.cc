@@ -103,6 +103,7 @@ void ApplyDefaults(ModelConfig& config) {
     auto* translation = config.mutable_translation();
     DefaultStepRange(*translation->mutable_decoder_steps(), translation->decoder_trained_depth());
     if (translation->max_beam_size() == 0) translation->set_max_beam_size(kDefaultMaxBeamSize);
+    if (translation->length_penalty() == 0) translation->set_length_penalty(1.0);
     if (translation->max_output_tokens() == 0) translation->set_max_output_tokens(config.max_sequence_length());
     if (translation->expected_output_ratio() == 0) translation->set_expected_output_ratio(1.0);
   }
@@ -184,6 +185,11 @@ absl::Status ValidateModelConfig(const ModelConfig& config, const fs::path& mode
       if (config.translation().max_beam_size() < 1 || config.translation().max_beam_size() > 64) {
         return FieldError(file, "translation.max_beam_size",
                           absl::StrCat("must be in [1, 64], got ", config.translation().max_beam_size()));
+      }
+      if (!(config.translation().length_penalty() > 0 && config.translation().length_penalty() <= kMaxLengthPenalty)) {
+        return FieldError(file, "translation.length_penalty",
+                          absl::StrCat("must be in (0, ", kMaxLengthPenalty, "] (0 = 1), got ",
+                                       config.translation().length_penalty()));
       }
       if (config.translation().max_output_tokens() < 2) {
         return FieldError(file, "translation.max_output_tokens",

@@ -14,6 +14,9 @@
 namespace odeserve::repository {
 
 inline constexpr char kConfigFileName[] = "config.pbtxt";
+// Largest beam length penalty a config or a request may set: beyond it the longest hypothesis
+// always wins, whatever its probability.
+inline constexpr double kMaxLengthPenalty = 4.0;
 
 /// Parses a text proto file into `message`; errors carry file:line:column.
 absl::Status ReadTextProto(const std::filesystem::path& path, google::protobuf::Message* message);

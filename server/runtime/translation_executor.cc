@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -15,7 +16,7 @@ constexpr float kDeadBeam = -1e9f;
 
 struct Finished {
   std::vector<int32_t> tokens;
-  float score = 0;  // log-probability / generated tokens (EOS counted)
+  float score = 0;  // log-probability / generated_tokens ^ length_penalty (EOS counted)
 };
 
 // Search state of one row of a group.
@@ -23,10 +24,17 @@ struct RowSearch {
   size_t row = 0;                           // index into batch.rows
   int max_output = 1;
   int min_output = 1;                       // EOS is no candidate before this many tokens
+  float length_penalty = 1;
   std::vector<std::vector<int32_t>> beams;  // K live hypotheses (tokens so far)
   std::vector<float> scores;                // their summed log-probabilities
   std::vector<Finished> finished;
 };
+
+// The ranking score of a hypothesis of `tokens` generated tokens (EOS counted).
+float Normalized(float log_probability, int64_t tokens, float length_penalty) {
+  return length_penalty == 1 ? log_probability / float(tokens)
+                             : log_probability / std::pow(float(tokens), length_penalty);
+}
 
 }  // namespace
 
@@ -120,6 +128,7 @@ void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const s
                                               max_output_tokens_),
                                     1, max_output_tokens_);
     live[i].min_output = std::min(decode.min_output_tokens, live[i].max_output);
+    live[i].length_penalty = decode.length_penalty;
     live[i].beams.assign(beam, {});
     live[i].scores.assign(beam, kDeadBeam);
     live[i].scores[0] = 0;
@@ -183,13 +192,13 @@ void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const s
         if (token == eos) {
           if (position < search.min_output) continue;  // too short to end yet
           if (c < beam) {
-            search.finished.push_back({std::move(tokens_so_far), score / float(position + 1)});
+            search.finished.push_back({std::move(tokens_so_far), Normalized(score, position + 1, search.length_penalty)});
           }
           continue;
         }
         tokens_so_far.push_back(token);
         if (last) {  // out of room: the hypothesis ends here, without EOS
-          search.finished.push_back({std::move(tokens_so_far), score / float(position + 1)});
+          search.finished.push_back({std::move(tokens_so_far), Normalized(score, position + 1, search.length_penalty)});
           continue;
         }
         beams.push_back(std::move(tokens_so_far));
@@ -199,7 +208,7 @@ void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const s
       const bool done = last || static_cast<int64_t>(search.finished.size()) >= beam || beams.empty();
       if (done) {
         if (search.finished.empty()) {  // defensive: at most K of the 2K candidates are EOS
-          search.finished.push_back({search.beams[0], search.scores[0] / float(position + 1)});
+          search.finished.push_back({search.beams[0], Normalized(search.scores[0], position + 1, search.length_penalty)});
         }
         finish_row(search);
         continue;

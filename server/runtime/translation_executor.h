@@ -7,10 +7,10 @@
 // row (the block's weights are shared, so every step index sees the same ones).
 //
 // Search: at each position the top 2K continuations of the K live hypotheses are ranked; an EOS
-// among the first K finishes a hypothesis (score = log-probability / generated tokens, EOS
-// counted), the best non-EOS ones fill the next beam. A row is done once K hypotheses have
-// finished or it reaches its max_output_tokens (live hypotheses are then finished as they
-// are); the best finished score wins. K = 1 is greedy decoding. Finished and abandoned rows
+// among the first K finishes a hypothesis (score = log-probability / generated_tokens ^
+// length_penalty, EOS counted), the best non-EOS ones fill the next beam. A row is done once K
+// hypotheses have finished or it reaches its max_output_tokens (live hypotheses are then
+// finished as they are); the best finished score wins. K = 1 is greedy decoding. Finished and abandoned rows
 // leave the group at once.
 
 #include <memory>

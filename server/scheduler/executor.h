@@ -25,6 +25,7 @@ struct DecodeSpec {
   int beam_size = 1;          // 1 = greedy
   int max_output_tokens = 0;  // positions the decoder may run (a cut-off output has no EOS)
   int min_output_tokens = 1;  // EOS is not a candidate before this many tokens (no empty output)
+  float length_penalty = 1;   // finished hypotheses rank by log-probability / tokens ^ this
 };
 
 /// The output length the server allows when a call does not set one: twice the input tokens

@@ -480,6 +480,7 @@ TEST_F(ServerTest, TranslateLimitsOutputChoosesStepsFromTheBudgetAndDescribesThe
   EXPECT_EQ(info.translation().decoder_trained_depth(), kTrainedDepth);
   EXPECT_EQ(info.translation().max_beam_size(), 4);
   EXPECT_EQ(info.translation().max_output_tokens(), 32);
+  EXPECT_EQ(info.translation().length_penalty(), 1.0) << "unset in config.pbtxt: the per-token mean";
   EXPECT_EQ(info.translation().target_language(), "de");
   EXPECT_GT(info.cost_model().per_decoder_call_seconds() + info.cost_model().per_decoder_row_evaluation_seconds(), 0);
   bool has_decoder_points = false;
@@ -566,6 +567,10 @@ TEST_F(ServerTest, EveryBadTranslateInputGetsItsCodeAndMessage) {
        {"beam_size -1"}},
       {"output too long", [](v1::TranslateRequest& r) { r.set_max_output_tokens(33); },
        grpc::StatusCode::INVALID_ARGUMENT, {"max_output_tokens 33", "[0, 32]"}},
+      {"length penalty", [](v1::TranslateRequest& r) { r.set_length_penalty(7.5f); },
+       grpc::StatusCode::INVALID_ARGUMENT, {"length_penalty 7.5", "[0, 4]"}},
+      {"negative length penalty", [](v1::TranslateRequest& r) { r.set_length_penalty(-1); },
+       grpc::StatusCode::INVALID_ARGUMENT, {"length_penalty -1"}},
       {"decoder steps", [](v1::TranslateRequest& r) { r.mutable_compute()->set_decoder_steps(9); },
        grpc::StatusCode::INVALID_ARGUMENT, {"compute.decoder_steps 9", "[1, 8]"}},
       {"encoder model", [](v1::TranslateRequest& r) { r.set_model("tiny-albert"); },

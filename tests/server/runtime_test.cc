@@ -514,6 +514,42 @@ TEST_F(TranslationExecutorTest, EachRowTranslatesAsItWouldAlone) {
   EXPECT_GT(lengths.size(), 1u) << "rows must end at different positions for this test to mean anything";
 }
 
+TEST_F(TranslationExecutorTest, LengthPenaltyRanksTheSameFinishedHypotheses) {
+  // The search itself ranks raw log-probabilities; length_penalty only ranks the finished
+  // hypotheses, by log-probability / tokens ^ penalty. So a larger penalty never picks a
+  // shorter translation, and a translation that wins under two penalties carries the same
+  // log-probability in both scores.
+  constexpr int kMaxOutput = 24;
+  const std::vector<float> penalties = {0.5f, 1.0f, 2.0f};
+  std::vector<Translated> runs;
+  for (const float penalty : penalties) {
+    ExecBatch batch{scheduler::Solver::kEuler, {}};
+    for (size_t text = 0; text < tiny_->rows.size(); ++text) {
+      batch.rows.push_back({&tiny_->rows[text], 4, scheduler::DecodeSpec{4, 4, kMaxOutput, 1, penalty}});
+    }
+    runs.push_back(Translate(*executor_, batch));
+    ASSERT_TRUE(runs.back().stats.ok()) << runs.back().stats.status();
+  }
+  int compared = 0;
+  for (size_t r = 0; r < tiny_->rows.size(); ++r) {
+    for (size_t p = 1; p < penalties.size(); ++p) {
+      const auto& shorter = runs[p - 1].tokens[r];
+      const auto& longer = runs[p].tokens[r];
+      EXPECT_GE(longer.size(), shorter.size()) << "row " << r << " penalty " << penalties[p];
+      if (shorter != longer) continue;
+      // Generated tokens, EOS counted unless the row ran into its output limit.
+      const double tokens = static_cast<double>(shorter.size()) + (shorter.size() < size_t{kMaxOutput} ? 1 : 0);
+      const double log_probability_before = runs[p - 1].scores[r] * std::pow(tokens, penalties[p - 1]);
+      const double log_probability_after = runs[p].scores[r] * std::pow(tokens, penalties[p]);
+      EXPECT_NEAR(log_probability_after, log_probability_before, 1e-4 * std::abs(log_probability_before))
+          << "row " << r << " penalty " << penalties[p];
+      EXPECT_LT(log_probability_after, 0.0);
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 0) << "no row kept its translation across penalties: the score check never ran";
+}
+
 TEST_F(TranslationExecutorTest, GreedyRowsReportTheirTokensAsTheyComeBeamRowsDoNot) {
   Translated run = Translate(*executor_, ExecBatch{scheduler::Solver::kEuler,
                                                    {RowOf(0, 4, 4, 1, 12), RowOf(1, 4, 4, 3, 12)}});
