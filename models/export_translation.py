@@ -79,6 +79,9 @@ def main():
                     help="0: float32 vocabulary projection; K: bfloat16 ranking, the K best logits of "
                          "each row recomputed in float32 (K >= 2 x max_beam_size keeps every search "
                          "candidate exact)")
+    ap.add_argument("--length-penalty", type=float, default=1.0,
+                    help="config translation.length_penalty: beam search ranks finished hypotheses by "
+                         "log-prob / tokens ^ this (chosen on validation data: models/tune_length_penalty.py)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     model, sp, targs, step = load_run(a.run)
@@ -121,7 +124,7 @@ def main():
                       translation=dict(decoder_trained_depth=Ld, decoder_steps=(1, 2 * Ld, Ld),
                                        max_output_tokens=targs["max_len"], source_language="en",
                                        target_language="de", expected_output_ratio=ratio,
-                                       max_beam_size=MAX_BEAM_SIZE),
+                                       max_beam_size=MAX_BEAM_SIZE, length_penalty=a.length_penalty),
                       compute_precision=a.compute_precision)
     model.projection_bf16 = torch.zeros(0, dtype=torch.bfloat16)  # made again by prepare() at load
     d = export_model(a.out, a.name, model, targs["tokenizer"], cfg, quality_text("bleu", points))

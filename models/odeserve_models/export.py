@@ -21,7 +21,7 @@ def config_text(name: str, model: SharedEncoderBase, task: str, description: str
                 translation: Optional[Dict] = None, compute_precision: str = "FLOAT32") -> str:
     """translation (task TRANSLATION): dict with decoder_trained_depth, decoder_steps (min, max,
     default), max_output_tokens, source_language, target_language, expected_output_ratio,
-    max_beam_size. compute_precision: FLOAT32 or BFLOAT16 (the server's autocast option)."""
+    max_beam_size, optional length_penalty (beam ranking exponent). compute_precision: FLOAT32 or BFLOAT16 (the server's autocast option)."""
     assert compute_precision in ("FLOAT32", "BFLOAT16"), compute_precision
     b = batching or dict(max_batch_size=32, max_batch_tokens=4096, max_queue_delay_us=2000,
                          max_queue_size=512)
@@ -75,6 +75,8 @@ def config_text(name: str, model: SharedEncoderBase, task: str, description: str
         L.append("  target_language: %s" % _q(t["target_language"]))
         L.append("  expected_output_ratio: %.4f" % t["expected_output_ratio"])
         L.append("  max_beam_size: %d" % t["max_beam_size"])
+        if t.get("length_penalty", 1.0) != 1.0:
+            L.append("  length_penalty: %g" % t["length_penalty"])
         L.append("}")
     L.append("parameters: %d" % count_parameters(model))
     if compute_precision != "FLOAT32":

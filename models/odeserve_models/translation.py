@@ -246,11 +246,12 @@ def encode_memory(model: SharedTranslator, ids: Tensor, mask: Tensor, enc_steps:
 
 
 def beam_search(model: SharedTranslator, ids: Tensor, mask: Tensor, enc_steps: int, dec_steps: int,
-                beam: int, max_out: List[int], min_out: int = 1) -> List[Tuple[List[int], float]]:
+                beam: int, max_out: List[int], min_out: int = 1,
+                length_penalty: float = 1.0) -> List[Tuple[List[int], float]]:
     """The server's search (server/runtime/translation_executor.cc), in Python, for parity tests
-    and offline evaluation: per row (tokens without BOS/EOS, log-prob / generated tokens).
-    max_out[b] == 0 takes the server's default from the row's length; EOS is no candidate
-    before min_out tokens."""
+    and offline evaluation: per row (tokens without BOS/EOS, log-prob / generated_tokens ** alpha,
+    alpha = length_penalty, EOS counted). max_out[b] == 0 takes the server's default from the
+    row's length; EOS is no candidate before min_out tokens."""
     memory = encode_memory(model, ids, mask, enc_steps)
     B = ids.size(0)
     ck, cv, cbias = model.cross_kv(memory, mask)
@@ -295,16 +296,16 @@ def beam_search(model: SharedTranslator, ids: Tensor, mask: Tensor, enc_steps: i
                     if position < r["min_out"]:
                         continue
                     if c < beam:
-                        r["finished"].append((so_far, score / (position + 1)))
+                        r["finished"].append((so_far, score / (position + 1) ** length_penalty))
                     continue
                 so_far.append(token)
                 if last:
-                    r["finished"].append((so_far, score / (position + 1)))
+                    r["finished"].append((so_far, score / (position + 1) ** length_penalty))
                     continue
                 beams.append(so_far); bscores.append(score); rparents.append(r_i * beam + parent)
             if last or len(r["finished"]) >= beam or not beams:
                 if not r["finished"]:
-                    r["finished"].append((r["beams"][0], r["scores"][0] / (position + 1)))
+                    r["finished"].append((r["beams"][0], r["scores"][0] / (position + 1) ** length_penalty))
                 results[r["row"]] = max(r["finished"], key=lambda x: x[1])
                 continue
             while len(beams) < beam:
