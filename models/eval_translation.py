@@ -47,7 +47,9 @@ def translate_all(served, model, texts, enc, dec, beam, per=32):
 
 
 def score(hyps, refs):
-    return dict(bleu=round(corpus_bleu(hyps, [refs]).score, 2), chrf=round(corpus_chrf(hyps, [refs]).score, 2))
+    bleu = corpus_bleu(hyps, [refs])
+    return dict(bleu=round(bleu.score, 2), chrf=round(corpus_chrf(hyps, [refs]).score, 2),
+                length_ratio=round(bleu.sys_len / max(1, bleu.ref_len), 3))
 
 
 def main():
