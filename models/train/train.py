@@ -8,6 +8,10 @@ Objectives, --objective joint (the embedding models; per batch, one forward of 2
 --objective classify (fine-tuning a classifier, usually from a joint run with --init): B English
 section descriptions with cross-entropy, plus --align-pairs (English, translation) pairs whose
 InfoNCE keeps the languages aligned, so zero-shot transfer is not traded away for English accuracy.
+--objective mlm (pre-training): masked-LM on every distinct description of the corpus (English
+and the 13 translation languages): 15% of the pieces masked BERT-style, predicted through the
+family's tied embedding table (odeserve_models/mlm.py); a joint or classify run then starts
+from it with --init.
 Step-robust: per batch n ~ p(n) on 1..L, dt = L/n (Euler, as the server runs it);
 fixed: n = L, dt = 1 always.
 
@@ -33,6 +37,7 @@ import torch.nn.functional as F  # noqa: E402
 from odeserve_models import families  # noqa: E402
 from odeserve_models.data import Encoded, load_jsonl  # noqa: E402
 from odeserve_models.hashing import PieceHasher  # noqa: E402
+from odeserve_models.mlm import MlmHead, mask_sequences, mlm_logits  # noqa: E402
 from odeserve_models.text import Tokenizer  # noqa: E402
 
 PAIR_LANGS = {"de": 3.0, "fr": 2.0, "it": 1.5, "da": 1.5, "es": 1, "pt": 1, "ru": 1, "pl": 1,
@@ -67,7 +72,8 @@ def parse():
     ap.add_argument("--init", default="", help="checkpoint to start from (weights only)")
     ap.add_argument("--amp", type=int, default=1, help="bf16 autocast (2-2.5x faster on this CPU)")
     ap.add_argument("--ckpt-minutes", type=float, default=4)
-    ap.add_argument("--objective", default="joint", choices=["joint", "classify"])
+    ap.add_argument("--objective", default="joint", choices=["joint", "classify", "mlm"])
+    ap.add_argument("--mask-prob", type=float, default=0.15, help="mlm: share of the pieces masked")
     ap.add_argument("--align-pairs", type=int, default=16, help="classify: cross-lingual pairs per batch")
     return ap.parse_args()
 
@@ -79,6 +85,23 @@ def sample_steps(rng, L, mode, p_full):
         return L
     w = [1.0 / n for n in range(1, L)]  # biased to small n
     return rng.choices(range(1, L), weights=w)[0]
+
+
+def masking_rules(tok, enc, rng):
+    """mask_sequences' arguments for this tokenization: token ids, or EELBERT piece-table
+    indices (mask = index 0, all-zero features; targets = the pieces' SentencePiece ids)."""
+    sp = tok.sp
+    special = {sp.bos_id(), sp.eos_id(), sp.pad_id()}
+    if not enc.hashed:
+        vocab = sp.get_piece_size()
+        return dict(maskable=lambda v: v not in special, mask_input=sp.unk_id(),
+                    random_input=lambda: rng.randrange(4, vocab), target_of=lambda v: v)
+    pieces = [None] * len(enc.piece_index)
+    for piece, index in enc.piece_index.items():
+        pieces[index] = piece
+    ids = [sp.piece_to_id(p) if p else sp.pad_id() for p in pieces]
+    return dict(maskable=lambda i: i != 0 and ids[i] not in special, mask_input=0,
+                random_input=lambda: rng.randrange(1, len(pieces)), target_of=lambda i: ids[i])
 
 
 def build_model(a, vocab, n_labels):
@@ -154,7 +177,9 @@ def main():
     vp_en = enc.encode([r["en"] for r in vpairs]); vp_de = enc.encode([r["xx"] for r in vpairs])
 
     model, cls = build_model(a, tok.sp.get_piece_size(), len(labels))
-    params = list(model.parameters()) + list(cls.parameters())
+    mlm_head = MlmHead(model, tok.sp.get_piece_size()) if a.objective == "mlm" else None
+    masking = masking_rules(tok, enc, rng) if a.objective == "mlm" else None
+    params = list(model.parameters()) + list(cls.parameters()) + (list(mlm_head.parameters()) if mlm_head else [])
     opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.01)
     state = dict(step=0, elapsed=0.0)
     ck = os.path.join(a.out, "ckpt.pt")
@@ -162,10 +187,14 @@ def main():
         c = torch.load(ck)
         model.load_state_dict(c["model"], strict=False); cls.load_state_dict(c["cls"])
         opt.load_state_dict(c["opt"]); state = c["state"]; rng.setstate(c["rng"])
+        if mlm_head is not None:
+            mlm_head.load_state_dict(c["mlm"])
         say("resumed at step", state["step"], "elapsed %.1f min" % (state["elapsed"] / 60))
     elif a.init:
         c = torch.load(a.init)
-        model.load_state_dict(c["model"], strict=False); cls.load_state_dict(c["cls"])
+        model.load_state_dict(c["model"], strict=False)
+        if c.get("args", {}).get("objective") != "mlm":  # an mlm run's classifier never trained
+            cls.load_state_dict(c["cls"])
         say("initialised from", a.init)
     json.dump(dict(vars(a), labels=labels, vocab=tok.sp.get_piece_size(),
                    parameters=families.count_parameters(model)), open(os.path.join(a.out, "args.json"), "w"), indent=1)
@@ -196,12 +225,41 @@ def main():
         model.train()
         return res
 
+    corpus = [seqs[t] for t in texts] if a.objective == "mlm" else []
+    # A fixed masking of the validation pairs (both languages), the same at every evaluation.
+    mlm_val = (mask_sequences(vp_en + vp_de, random.Random(12345), p=a.mask_prob,
+                              **masking_rules(tok, enc, random.Random(54321)))
+               if a.objective == "mlm" else None)
+
+    @torch.no_grad()
+    def mlm_evaluate(ns):
+        """Masked-piece accuracy on the validation pairs at each step count."""
+        model.eval()
+        res = {}
+        seqs_v, targets_v = mlm_val
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            for n in ns:
+                correct = total = 0
+                for i in range(0, len(seqs_v), 100):
+                    part = [(r - i, c, t) for r, c, t in targets_v if i <= r < i + 100]
+                    x, m = enc.collate(seqs_v[i:i + 100])
+                    logits, tgt = mlm_logits(model, mlm_head, x, m, n, part)
+                    correct += int((logits.float().argmax(-1) == tgt).sum())
+                    total += len(part)
+                res[n] = round(correct / max(1, total), 4)
+        model.train()
+        return res
+
     def draw_xl_pair():
         lang = rng.choices(langs, weights=lang_w)[0]
         return by_lang[lang][rng.randrange(len(by_lang[lang]))]
 
     def draw_pair():
         return pairs[rng.randrange(n_sl)] if rng.random() < a.p_shortlong else draw_xl_pair()
+
+    def save_checkpoint():
+        torch.save(dict(model=model.state_dict(), cls=cls.state_dict(), opt=opt.state_dict(), state=state,
+                        rng=rng.getstate(), mlm=mlm_head.state_dict() if mlm_head else None), ck)
 
     model.train()
     last_ck = time.time()
@@ -215,60 +273,77 @@ def main():
         lr = a.lr * min(1.0, (state["step"] + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
-        if a.objective == "joint":
-            batch = [draw_pair() for _ in range(a.batch)]
-            ce_texts, ce_labels = [], []
+        if a.objective == "mlm":
+            n = sample_steps(rng, a.depth, a.steps_mode, a.p_full)
+            masked, targets = mask_sequences([corpus[rng.randrange(len(corpus))] for _ in range(a.batch)], rng,
+                                             p=a.mask_prob, **masking)
+            x, m = enc.collate(masked)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(a.amp)):
+                logits, tgt = mlm_logits(model, mlm_head, x, m, n, targets)
+            logits = logits.float()
+            loss = F.cross_entropy(logits, tgt)
+            metrics = (loss.item(), (logits.argmax(-1) == tgt).float().mean().item())
         else:
-            picked = [labelled[rng.randrange(len(labelled))] for _ in range(a.batch)]
-            ce_texts, ce_labels = [t for t, _ in picked], [y for _, y in picked]
-            batch = [draw_xl_pair() for _ in range(a.align_pairs)]
-        q = [seqs[b[1]] for b in batch]; d = [seqs[b[2]] for b in batch]
-        if a.objective == "joint":  # the pairs' English side carries the labels
-            n_ce, y = len(batch), torch.tensor([b[3] for b in batch])
-        else:
-            n_ce, y = len(ce_texts), torch.tensor(ce_labels)
-        n = sample_steps(rng, a.depth, a.steps_mode, a.p_full)
-        x, m = enc.collate([seqs[t] for t in ce_texts] + q + d)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(a.amp)):
-            pooled = encode_pooled(model, x, m, n)
-            logits = cls(pooled[:n_ce])
-            e = model.head(pooled[len(ce_texts):])
-        e, logits = e.float(), logits.float()
-        B = len(batch)
-        e = F.normalize(e, dim=-1)
-        sim = e[:B] @ e[B:].T / a.tau
-        tgt = torch.arange(B)
-        nce = 0.5 * (F.cross_entropy(sim, tgt) + F.cross_entropy(sim.T, tgt))
-        ce = F.cross_entropy(logits, y)
-        loss = a.nce_weight * nce + a.ce_weight * ce
+            if a.objective == "joint":
+                batch = [draw_pair() for _ in range(a.batch)]
+                ce_texts, ce_labels = [], []
+            else:
+                picked = [labelled[rng.randrange(len(labelled))] for _ in range(a.batch)]
+                ce_texts, ce_labels = [t for t, _ in picked], [y for _, y in picked]
+                batch = [draw_xl_pair() for _ in range(a.align_pairs)]
+            q = [seqs[b[1]] for b in batch]; d = [seqs[b[2]] for b in batch]
+            if a.objective == "joint":  # the pairs' English side carries the labels
+                n_ce, y = len(batch), torch.tensor([b[3] for b in batch])
+            else:
+                n_ce, y = len(ce_texts), torch.tensor(ce_labels)
+            n = sample_steps(rng, a.depth, a.steps_mode, a.p_full)
+            x, m = enc.collate([seqs[t] for t in ce_texts] + q + d)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(a.amp)):
+                pooled = encode_pooled(model, x, m, n)
+                logits = cls(pooled[:n_ce])
+                e = model.head(pooled[len(ce_texts):])
+            e, logits = e.float(), logits.float()
+            B = len(batch)
+            e = F.normalize(e, dim=-1)
+            sim = e[:B] @ e[B:].T / a.tau
+            tgt = torch.arange(B)
+            nce = 0.5 * (F.cross_entropy(sim, tgt) + F.cross_entropy(sim.T, tgt))
+            ce = F.cross_entropy(logits, y)
+            loss = a.nce_weight * nce + a.ce_weight * ce
+            metrics = (nce.item(), ce.item())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         state["step"] += 1
-        losses.append((nce.item(), ce.item(), n))
+        losses.append((*metrics, n))
         if state["step"] % 25 == 0:
             ln = np.array([l[:2] for l in losses[-25:]]).mean(0)
-            say("step %d  %.1f/%.0f min  lr %.2e  nce %.3f  ce %.3f  mean n %.1f  %.2f s/step" % (
-                state["step"], elapsed / 60, a.minutes, lr, ln[0], ln[1],
+            names = ("mlm", "acc") if a.objective == "mlm" else ("nce", "ce")
+            say("step %d  %.1f/%.0f min  lr %.2e  %s %.3f  %s %.3f  mean n %.1f  %.2f s/step" % (
+                state["step"], elapsed / 60, a.minutes, lr, names[0], ln[0], names[1], ln[1],
                 np.mean([l[2] for l in losses[-25:]]), elapsed / max(1, state["step"])))
         if time.time() - last_ck > a.ckpt_minutes * 60:
             state["elapsed"] = time.time() - t_start
             if isinstance(model, families.ShareBertEncoder):
                 model.clear_prepared()
-            torch.save(dict(model=model.state_dict(), cls=cls.state_dict(), opt=opt.state_dict(), state=state,
-                            rng=rng.getstate()), ck)
+            save_checkpoint()
             last_ck = time.time()
-            if state["step"] % 4 == 0 or True:
-                say("ckpt; valid (acc, en->de r@1 of 300) by steps:", evaluate([a.depth // 4, a.depth // 2, a.depth]))
+            quarter = [a.depth // 4, a.depth // 2, a.depth]
+            if a.objective == "mlm":
+                say("ckpt; valid masked-piece accuracy by steps:", mlm_evaluate(quarter))
+            else:
+                say("ckpt; valid (acc, en->de r@1 of 300) by steps:", evaluate(quarter))
     state["elapsed"] = time.time() - t_start
     if isinstance(model, families.ShareBertEncoder):
         model.clear_prepared()
-    torch.save(dict(model=model.state_dict(), cls=cls.state_dict(), opt=opt.state_dict(), state=state,
-                    rng=rng.getstate()), ck)
+    save_checkpoint()
     torch.save(dict(model=model.state_dict(), cls=cls.state_dict(), state=state, args=vars(a), labels=labels),
                os.path.join(a.out, "final.pt"))
-    say("final valid (acc, en->de r@1 of 300):", evaluate(list(range(1, a.depth + 1))))
+    if a.objective == "mlm":
+        say("final valid masked-piece accuracy by steps:", mlm_evaluate(list(range(1, a.depth + 1))))
+    else:
+        say("final valid (acc, en->de r@1 of 300):", evaluate(list(range(1, a.depth + 1))))
     say("done", state["step"], "steps")
 
 
