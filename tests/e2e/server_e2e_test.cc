@@ -34,7 +34,7 @@ constexpr int kTrainedDepth = 4;  // tiny models: L = 4, steps 1..8
 
 // Builds the e2e repository: the test models, a copy of tiny-albert whose queue holds 2 inputs
 // and waits 300 ms to fill a batch (for overload, deadline and drain tests), a copy that pads
-// batches to 8-token lengths, and a broken model.
+// batches to 8-token lengths, a copy that asks for bfloat16, and a broken model.
 fs::path MakeRepository() {
   const fs::path repo = testing::CopyToTemp(ODESERVE_TEST_REPOSITORY, "e2e-repo");
   fs::remove(repo / ".stamp");
@@ -45,6 +45,8 @@ fs::path MakeRepository() {
   fs::copy(repo / "tiny-albert", repo / "padded-albert", fs::copy_options::recursive);
   testing::EditConfig(repo / "padded-albert", "name: \"tiny-albert\"", "name: \"padded-albert\"");
   testing::EditConfig(repo / "padded-albert", "max_queue_size: 64", "max_queue_size: 64\n  pad_to_multiple: 8");
+  fs::copy(repo / "tiny-albert", repo / "bf16-albert", fs::copy_options::recursive);
+  testing::EditConfig(repo / "bf16-albert", "name: \"tiny-albert\"", "name: \"bf16-albert\"\ncompute_precision: BFLOAT16");
   fs::copy(repo / "tiny-classifier", repo / "broken-classifier", fs::copy_options::recursive);
   testing::EditConfig(repo / "broken-classifier", "name: \"tiny-classifier\"", "name: \"broken-classifier\"");
   testing::EditConfig(repo / "broken-classifier", "trained_depth: 4", "trained_depth: 0");
@@ -263,7 +265,7 @@ TEST_F(ServerTest, ListAndGetModelDescribeModelsAndTheBrokenOne) {
   EXPECT_EQ(by_name["broken-classifier"].state(), v1::FAILED);
   EXPECT_THAT(by_name["broken-classifier"].error(), AllOf(HasSubstr("config.pbtxt"), HasSubstr("trained_depth")));
   for (const std::string name : {"tiny-albert", "tiny-sharebert", "tiny-eelbert", "tiny-classifier", "tiny-translator",
-                                 "slow-queue", "padded-albert"}) {
+                                 "slow-queue", "padded-albert", "bf16-albert"}) {
     EXPECT_EQ(by_name[name].state(), v1::READY) << name;
   }
 
@@ -308,6 +310,32 @@ TEST_F(ServerTest, PaddedBatchesServeTheSameEmbeddings) {
     for (int i = 0; i < plain.embeddings(r).values_size(); ++i) {
       EXPECT_NEAR(padded.embeddings(r).values(i), plain.embeddings(r).values(i), 1e-5) << "row " << r << " value " << i;
     }
+  }
+}
+
+TEST_F(ServerTest, Bfloat16ModelPadsByDefaultAndServesCloseToFloat32) {
+  // Where the CPU has native bfloat16 the model runs it, padded to 16-token lengths by default
+  // (every padded shape compiled at load); elsewhere it falls back to float32, unpadded.
+  grpc::ClientContext context;
+  v1::GetModelRequest get;
+  get.set_name("bf16-albert");
+  v1::GetModelResponse model;
+  ASSERT_TRUE(stub_->GetModel(&context, get, &model).ok());
+  ASSERT_EQ(model.model().state(), v1::READY) << model.model().error();
+  const bool bfloat16 = model.model().compute_precision() == v1::BFLOAT16;
+  EXPECT_EQ(model.model().pad_to_multiple(), bfloat16 ? 16 : 1);
+  const std::vector<std::string> texts = {"game", "Python bindings for the GNU scientific library"};
+  EmbedResponse plain, served;
+  ASSERT_TRUE(Embed(EmbedOf("tiny-albert", texts), &plain).ok());
+  ASSERT_TRUE(Embed(EmbedOf("bf16-albert", texts), &served).ok());
+  for (int r = 0; r < plain.embeddings_size(); ++r) {
+    double diff = 0, scale = 0;
+    for (int i = 0; i < plain.embeddings(r).values_size(); ++i) {
+      diff = std::max<double>(diff, std::abs(served.embeddings(r).values(i) - plain.embeddings(r).values(i)));
+      scale = std::max<double>(scale, std::abs(plain.embeddings(r).values(i)));
+    }
+    EXPECT_LE(diff, 0.05 * scale) << "row " << r << ": bfloat16 products, float32 state";
+    if (!bfloat16) EXPECT_LE(diff, 1e-5 * std::max(1.0, scale)) << "row " << r << ": the float32 fallback";
   }
 }
 
