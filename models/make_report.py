@@ -3,10 +3,13 @@
     /usr/bin/python3 models/make_report.py"""
 import json
 import os
+import re
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EV = os.path.join(HERE, "work", "eval")
+# Sections other scripts (or measurements of earlier stops) own: kept as they are, after the rest.
+KEPT_SECTION = re.compile(r"<!-- ([a-z-]+):begin -->.*?<!-- \1:end -->", re.S)
 
 
 def load(name):
@@ -49,7 +52,6 @@ def main():
             else:
                 runs[r] = "%s, %s optimizer steps of %d pairs, %g budgeted min" % (mode, steps, args["batch"], args["minutes"])
     manifest = json.load(open(os.path.join(HERE, "data", "manifest.json")))
-    L = 8
     out = []
     W = out.append
     W("# odeserve models: evaluation\n")
@@ -203,7 +205,11 @@ def main():
                    "(embeddings; softmax scores for the classifier).\n" % "worst case %.2g" % float(open(parity).read().strip().split("\n")[-1].split()[-1]))
     out_md += NOTES
     out_md += "\n![quality vs steps](eval_steps.svg)\n"
-    open(os.path.join(HERE, "EVAL.md"), "w").write(out_md)
+    path = os.path.join(HERE, "EVAL.md")
+    if os.path.exists(path):
+        for kept in KEPT_SECTION.finditer(open(path, encoding="utf-8").read()):
+            out_md += "\n" + kept.group(0) + "\n"
+    open(path, "w").write(out_md)
     try:
         plot(cls, esb, eel, fixed, base)
     except Exception as e:  # noqa: BLE001
