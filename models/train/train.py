@@ -74,6 +74,9 @@ def parse():
     ap.add_argument("--ckpt-minutes", type=float, default=4)
     ap.add_argument("--objective", default="joint", choices=["joint", "classify", "mlm"])
     ap.add_argument("--mask-prob", type=float, default=0.15, help="mlm: share of the pieces masked")
+    ap.add_argument("--max-steps", type=int, default=0,
+                    help="a step budget (0 = none): the run stops there and its schedule follows it; "
+                         "--minutes still caps the wall-clock time")
     ap.add_argument("--align-pairs", type=int, default=16, help="classify: cross-lingual pairs per batch")
     return ap.parse_args()
 
@@ -267,9 +270,11 @@ def main():
     losses = []
     while True:
         elapsed = time.time() - t_start
-        if elapsed >= budget:
+        if elapsed >= budget or (a.max_steps and state["step"] >= a.max_steps):
             break
-        frac = elapsed / budget
+        # The schedule follows the step budget when one is set (runs that share the machine
+        # differently still compare step for step), else the wall-clock budget.
+        frac = state["step"] / a.max_steps if a.max_steps else elapsed / budget
         lr = a.lr * min(1.0, (state["step"] + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
