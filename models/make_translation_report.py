@@ -42,8 +42,8 @@ def grid_lines(res, get, model, L, half):
 
 
 def latest_section(a, ev, res, get, L, half):
-    """The newest served model beside the systems of --latest (MODEL=LABEL,...), one eval run."""
-    systems = [kv.split("=", 1) for kv in a.latest.split(",") if kv]
+    """The newest served model beside the systems of --latest (MODEL=LABEL;...), one eval run."""
+    systems = [kv.split("=", 1) for kv in a.latest.split(";") if kv]
     out = [LATEST_BEGIN, "", "### Latest: `%s` (%s)" % (a.served, a.latest_date), ""]
     out.append("Measured with `%s` (test set: %d short descriptions, the first %d paragraphs)."
                % (ev["command"].replace(HERE + "/", "models/"), ev["test_short"], ev["test_paragraphs"]))
@@ -81,7 +81,7 @@ def main():
     ap.add_argument("--uski", default="")
     ap.add_argument("--fixed", default="")
     ap.add_argument("--latest", default="",
-                    help="MODEL=LABEL,...: write only the latest-model subsection (--served first among them) "
+                    help="MODEL=LABEL;...: write only the latest-model subsection (--served first among them) "
                          "and keep the rest of the section")
     ap.add_argument("--latest-date", default="")
     ap.add_argument("--latest-notes", default="")
