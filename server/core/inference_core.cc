@@ -402,8 +402,8 @@ void InferenceCore::Classify(const CallContext& call, const v1::ClassifyRequest&
 
 void InferenceCore::Translate(const CallContext& call, const v1::TranslateRequest& request,
                               v1::TranslateResponse* response, Completion done) {
-  RunTranslate(call, "Translate", request, DecodeRequest{request.beam_size(), request.max_output_tokens(), request.length_penalty(), nullptr},
-               response, std::move(done));
+  const DecodeRequest decode{request.beam_size(), request.max_output_tokens(), request.length_penalty(), nullptr};
+  RunTranslate(call, "Translate", request, decode, response, std::move(done));
 }
 
 void InferenceCore::RunTranslate(const CallContext& call, const std::string& method,

@@ -10,7 +10,7 @@ namespace odeserve::runtime {
 // oneDNN caches a compiled kernel per primitive shape, 1,024 by default. The bundled bfloat16
 // encoders, padded to 16-token lengths, use about 1,300 (all compiled at load): at 1,024 the
 // cache evicts and recompiles under mixed traffic, and the churn costs memory (measured at
-// load: 596 MB RSS at 1,024 against 510 MB at 4,096).
+// load: 596 MB RSS at 1,024 against 482 MB at 4,096, docs/BENCHMARKS.md).
 inline constexpr char kOneDnnCacheCapacity[] = "4096";
 
 struct ThreadingReport {

@@ -344,6 +344,26 @@ TEST(ModelScheduler, MaxBatchTokensIsRespected) {
   EXPECT_EQ(batches.size(), 3u);
 }
 
+TEST(ModelScheduler, MaxBatchTokensCountsThePaddedLength) {
+  // With pad_to_multiple 16, rows of 5 tokens run padded to 16: a 40-token budget holds two of
+  // them (32 tokens), not eight (40).
+  auto executor = std::make_shared<FakeExecutor>();
+  SchedulerOptions options = Options();
+  options.max_batch_tokens = 40;
+  options.pad_to_multiple = 16;
+  options.max_sequence_length = 64;
+  ModelScheduler scheduler(options, executor);
+  Completion plug;
+  Plug(scheduler, *executor, plug);
+  std::vector<Completion> done(6);
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(scheduler.Submit(Item({Row(i + 1, 5)}, 1, done[i])).ok());
+  executor->Release();
+  for (auto& d : done) ASSERT_TRUE(d.Wait().ok());
+  const auto batches = executor->batches();
+  ASSERT_EQ(batches.size(), 4u) << "the plug, then 6 rows two by two";
+  for (size_t b = 1; b < batches.size(); ++b) EXPECT_EQ(batches[b].rows.size(), 2u) << "batch " << b;
+}
+
 // One request may hold more inputs than max_batch_size (max_inputs_per_request defaults to 64,
 // max_batch_size to 32; the tiny models ship 32 and 16) or more padded tokens than
 // max_batch_tokens. The limits bound what one executor run holds, so such a request must be
