@@ -71,15 +71,22 @@ class MlmHead(nn.Module):
         return z
 
 
-def token_states(model: families.SharedEncoderBase, x: Tensor, mask: Tensor, n: int) -> Tensor:
-    """Per-token states after n Euler steps of dt = L/n and the suffix layers and final
-    LayerNorm that pool() applies: [B, T, H]."""
+def integrate(model: families.SharedEncoderBase, x: Tensor, mask: Tensor, n: int) -> Tensor:
+    """Training forward to the ODE's end: input stage, then n Euler steps of dt = L/n, as the
+    server runs it (ShareBERT's block matrices materialized with gradients, once per batch)."""
     if isinstance(model, families.ShareBertEncoder):
         model.train_prepare()
     h = model.input_stage(x, mask)
     dt = model.trained_depth / n
     for _ in range(n):
         h = h + dt * model.vector_field(h, mask)
+    return h
+
+
+def token_states(model: families.SharedEncoderBase, x: Tensor, mask: Tensor, n: int) -> Tensor:
+    """Per-token states after n Euler steps of dt = L/n and the suffix layers and final
+    LayerNorm that pool() applies: [B, T, H]."""
+    h = integrate(model, x, mask, n)
     if len(model.suffix) > 0:
         bias = families.mask_bias(mask)
         for layer in model.suffix:

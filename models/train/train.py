@@ -37,7 +37,7 @@ import torch.nn.functional as F  # noqa: E402
 from odeserve_models import families  # noqa: E402
 from odeserve_models.data import Encoded, load_jsonl  # noqa: E402
 from odeserve_models.hashing import PieceHasher  # noqa: E402
-from odeserve_models.mlm import MlmHead, mask_sequences, mlm_logits  # noqa: E402
+from odeserve_models.mlm import MlmHead, integrate, mask_sequences, mlm_logits  # noqa: E402
 from odeserve_models.text import Tokenizer  # noqa: E402
 
 PAIR_LANGS = {"de": 3.0, "fr": 2.0, "it": 1.5, "da": 1.5, "es": 1, "pt": 1, "ru": 1, "pl": 1,
@@ -118,13 +118,7 @@ def build_model(a, vocab, n_labels):
 
 
 def encode_pooled(model, x, mask, n):
-    if isinstance(model, families.ShareBertEncoder):
-        model.train_prepare()
-    h = model.input_stage(x, mask)
-    dt = model.trained_depth / n
-    for _ in range(n):
-        h = h + dt * model.vector_field(h, mask)
-    return model.pool(h, mask)
+    return model.pool(integrate(model, x, mask, n), mask)
 
 
 def main():
