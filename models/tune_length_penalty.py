@@ -25,7 +25,7 @@ import torch  # noqa: E402
 from odeserve_models.data import translation_pairs  # noqa: E402
 from odeserve_models.mt_metrics import corpus_bleu, corpus_chrf  # noqa: E402
 from odeserve_models.text import Tokenizer  # noqa: E402
-from odeserve_models.translation import SharedTranslator, beam_search  # noqa: E402
+from odeserve_models.translation import SharedTranslator, beam_search, exported_weights  # noqa: E402
 
 MAX_SOURCE_TOKENS = 128  # the served model's max_sequence_length
 
@@ -41,7 +41,7 @@ def load_exported(folder):
     model = SharedTranslator(sp.vocab_size(), hidden, heads, int(scripted.ffn_size),
                              int(scripted.encoder_depth), int(scripted.decoder_depth),
                              state["enc_pos"].size(0), sp.pad_id(), sp.bos_id(), sp.eos_id())
-    model.load_state_dict({k: v for k, v in state.items() if k in model.state_dict()})
+    model.load_state_dict(exported_weights(scripted, model))
     model.exact_logit_candidates = int(scripted.exact_logit_candidates)
     model.eval().prepare()
     return model, tok

@@ -26,7 +26,7 @@ Server-facing methods (all torch.jit.export; the encoder's use the encoder contr
   decoder_logits(g) -> log-probabilities               [B, V]
 """
 import math
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -321,3 +321,11 @@ def beam_search(model: SharedTranslator, ids: Tensor, mask: Tensor, enc_steps: i
             caches = [(k.index_select(0, index), v.index_select(0, index)) for k, v in caches]
             ck, cv, cbias = ck.index_select(0, index), cv.index_select(0, index), cbias.index_select(0, index)
     return results
+
+
+def exported_weights(scripted: torch.jit.ScriptModule, model: "SharedTranslator") -> Dict[str, Tensor]:
+    """The parameters of an exported (TorchScript) translator that `model` has, for
+    load_state_dict: buffers prepare() makes at load, such as the bfloat16 projection, are not
+    weights and are dropped."""
+    keys = set(model.state_dict())
+    return {k: v for k, v in scripted.state_dict().items() if k in keys}

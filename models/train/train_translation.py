@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 import torch  # noqa: E402
 
 from odeserve_models.data import translation_pairs  # noqa: E402
-from odeserve_models.translation import SharedTranslator, beam_search  # noqa: E402
+from odeserve_models.translation import SharedTranslator, beam_search, exported_weights  # noqa: E402
 import sentencepiece as spm  # noqa: E402
 from odeserve_models.mt_metrics import corpus_bleu  # noqa: E402
 
@@ -203,11 +203,8 @@ def init_weights(path, model):
     """Weights of a training checkpoint, or of an exported TorchScript translator (its
     buffers made by prepare(), such as the bfloat16 projection, are not parameters: dropped)."""
     if path.endswith("model.pt"):  # the artifact contract's TorchScript file
-        state = torch.jit.load(path).state_dict()
-    else:
-        state = torch.load(path)["model"]
-    keys = set(model.state_dict())
-    return {k: v for k, v in state.items() if k in keys}
+        return exported_weights(torch.jit.load(path), model)
+    return torch.load(path)["model"]
 
 
 def main():

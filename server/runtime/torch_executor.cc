@@ -102,7 +102,7 @@ void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
     active.swap(next_active);
     if (active.empty()) break;
     const torch::Tensor index = torch::tensor(kept, torch::kInt64).to(h.device());
-    longest = std::min(scheduler::PaddedLength(longest, layout_.pad_to_multiple, layout_.max_length), h.size(1));
+    longest = scheduler::PaddedLength(longest, layout_.pad_to_multiple, layout_.max_length);
     h = h.index_select(0, index).narrow(1, 0, longest).contiguous();
     mask = mask.index_select(0, index).narrow(1, 0, longest).contiguous();
     dt = dt.index_select(0, index);
