@@ -39,6 +39,8 @@ ABSL_FLAG(std::string, model_repository, "",
           "Model repository folder (default: the bundled models/repository).");
 ABSL_FLAG(std::string, device, "cpu", "Device for every model: cpu, cuda or cuda:N.");
 ABSL_FLAG(int, intra_op_threads, 0, "LibTorch intra-op threads (0 = one per CPU).");
+ABSL_FLAG(int, parallel_min_tokens, odeserve::runtime::kDefaultParallelMinTokens,
+          "Model calls over fewer padded tokens run on one intra-op thread (0 = all threads always).");
 ABSL_FLAG(int, compute_slots, 1, "Batches computing at once across all models.");
 ABSL_FLAG(bool, calibrate, true, "Calibrate each model's cost model with a warm-up at load.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(20),
@@ -74,7 +76,13 @@ int Run() {
   // Blocked before any thread starts, so every thread inherits the mask and only sigwait sees them.
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  const runtime::ThreadingReport threading = runtime::ConfigureThreading(absl::GetFlag(FLAGS_intra_op_threads));
+  if (absl::GetFlag(FLAGS_intra_op_threads) < 0 || absl::GetFlag(FLAGS_parallel_min_tokens) < 0) {
+    LogError(absl::StrCat("--intra_op_threads (", absl::GetFlag(FLAGS_intra_op_threads), ") and --parallel_min_tokens (",
+                          absl::GetFlag(FLAGS_parallel_min_tokens), ") must be >= 0"));
+    return 1;
+  }
+  const runtime::ThreadingReport threading = runtime::ConfigureThreading(absl::GetFlag(FLAGS_intra_op_threads),
+                                                                              absl::GetFlag(FLAGS_parallel_min_tokens));
   LogInfo(absl::StrCat("odeserve ", ODESERVE_VERSION, " (", ODESERVE_COMMIT, ") libtorch ", TORCH_VERSION,
                        "; ", threading.summary()));
 

@@ -8,6 +8,10 @@ document with every figure (and writes each bench report + SVG under --out):
   2. saturation throughput at full depth (closed-loop sweep);
   3. at 70% of saturation, open loop, budgets 0.5x/1x/2x/4x B1: the adaptive policy (server picks
      steps) vs a fixed full-depth policy, same arrivals (same seed);
+     3b. the adaptive policy again on a copy of the repository with batching.continuous_batching
+     off for --model (queued calls wait for the running batch to end instead of joining it);
+     3c. mixed tenants, with and without continuous batching: calls that request full depth
+     explicitly (no budget) at 1/6 of saturation, and budgeted calls (0.5x and 1x B1) at 1/6;
   4. the oracle: for every fixed step count, the same load; per budget class the largest step
      count that meets the budget for >= 99% of calls; adaptive mean steps / oracle steps;
   5. dynamic batching: closed loop, concurrency 32, max_batch_size from the config vs 1;
@@ -35,6 +39,8 @@ def log(*args):
 
 
 class Server:
+    flags = []  # extra odeserve flags for every server (--server_flags)
+
     def __init__(self, binary, repository, workdir, name):
         self.port_file = os.path.join(workdir, name + ".ports")
         self.log_path = os.path.join(workdir, name + ".log")
@@ -42,7 +48,7 @@ class Server:
             os.remove(self.port_file)
         self.proc = subprocess.Popen(
             [binary, "--model_repository", repository, "--grpc_address", "127.0.0.1", "--grpc_port", "0",
-             "--metrics_address", "127.0.0.1", "--metrics_port", "0", "--port_file", self.port_file],
+             "--metrics_address", "127.0.0.1", "--metrics_port", "0", "--port_file", self.port_file] + Server.flags,
             stderr=open(self.log_path, "w"))
         for _ in range(1200):
             if os.path.exists(self.port_file):
@@ -73,40 +79,84 @@ class Bench:
         self.args, self.out = args, out
         self.binary = os.path.join(args.build, "client", "odeserve-bench")
 
-    def run(self, name, server, extra, method=None, model=None):
+    def command(self, name, server, extra, method=None, model=None, seed=7):
         json_path = os.path.join(self.out, name + ".json")
         cmd = [self.binary, "--address", server.address, "--method", method or self.args.method,
-               "--model", model or self.args.model, "--inputs_file", self.args.inputs, "--seed", "7",
+               "--model", model or self.args.model, "--inputs_file", self.args.inputs, "--seed", str(seed),
                "--progress=false", "--json_out", json_path, "--svg_out", os.path.join(self.out, name + ".svg")]
-        cmd += extra
         log("bench", name, " ".join(extra))
+        return cmd + extra, json_path
+
+    def run(self, name, server, extra, method=None, model=None):
+        cmd, json_path = self.command(name, server, extra, method, model)
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         with open(json_path) as f:
             return json.load(f)
+
+    def start(self, name, server, extra, seed):
+        """Starts a run in the background; finish() waits for it and returns its report."""
+        cmd, json_path = self.command(name, server, extra, seed=seed)
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL), json_path
+
+    @staticmethod
+    def finish(started):
+        proc, json_path = started
+        if proc.wait() != 0:
+            raise RuntimeError("odeserve-bench failed: " + json_path)
+        with open(json_path) as f:
+            return json.load(f)
+
+
+def repository_copy(src, out, name, model, edit):
+    """A copy of repository `src` under `out`, with `edit(text)` applied to `model`'s config."""
+    repo = os.path.join(out, name)
+    shutil.rmtree(repo, ignore_errors=True)
+    shutil.copytree(src, repo)
+    cfg = os.path.join(repo, model, "config.pbtxt")
+    text = edit(open(cfg).read())
+    with open(cfg, "w") as f:
+        f.write(text)
+    return repo
+
+
+def adaptive_summary(report):
+    return {"hit_rate": report["overall"]["client_hit_rate"],
+            "throughput_rps": report["throughput_rps"],
+            "errors": report["overall"]["errors"],
+            "by_class": {k: {"hit_rate": v["client_hit_rate"], "mean_steps": v["steps"]["mean"],
+                             "p99_ms": v["latency_ms"]["p99"]}
+                         for k, v in class_table(report).items()}}
 
 
 def class_table(report):
     return {c["label"]: c for c in report["classes"]}
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def add_common_arguments(ap):
+    """The build, repository, model and inputs every benchmark script here takes."""
     ap.add_argument("--build", default="build")
     ap.add_argument("--repository", default="models/repository")
     ap.add_argument("--model", default="classify-sections")
     ap.add_argument("--method", default="classify")
     ap.add_argument("--inputs", default="tests/fixtures/descriptions-sample.txt")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    add_common_arguments(ap)
     ap.add_argument("--batching_model", default="embed-sharebert")
     ap.add_argument("--duration", default="20s")
     ap.add_argument("--out", default="")
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: oracle,batching,overload")
+    ap.add_argument("--server_flags", default="", help="extra odeserve flags, space-separated")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: nojoin,oracle,batching,overload")
     args = ap.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="odeserve-budget-bench-")
     os.makedirs(out, exist_ok=True)
     skip = set(filter(None, args.skip.split(",")))
+    Server.flags = args.server_flags.split()
     bench = Bench(args, out)
     server_bin = os.path.join(args.build, "server", "odeserve")
-    result = {"out": out, "model": args.model, "method": args.method}
+    result = {"out": out, "model": args.model, "method": args.method, "server_flags": Server.flags}
 
     server = Server(server_bin, args.repository, out, "main")
     info = subprocess.run([os.path.join(args.build, "client", "odeserve-cli"), "--address", server.address,
@@ -116,6 +166,8 @@ def main():
     depth = int(model_info.get("trained_depth", model_info.get("trainedDepth")))
     max_steps = int(model_info.get("max_steps", model_info.get("maxSteps")))
     result["trained_depth"] = depth
+    # GetModel: whether the main server's runs join queued calls into running batches.
+    result["continuous_batching"] = bool(model_info.get("continuous_batching", model_info.get("continuousBatching", False)))
 
     # 1. Full-depth batch-1 latency.
     b1 = bench.run("b1-full-depth", server, ["--concurrency", "1", "--duration", "10s", "--warmup", "3s",
@@ -140,15 +192,40 @@ def main():
     common = ["--rate", "%.2f" % rate, "--duration", args.duration, "--warmup", "3s", "--budgets", budget_arg]
     adaptive = bench.run("adaptive-70pct", server, common)
     fixed = bench.run("fixed-full-depth-70pct", server, common + ["--steps", str(depth)])
-    result["adaptive_70pct"] = {"hit_rate": adaptive["overall"]["client_hit_rate"],
-                                "throughput_rps": adaptive["throughput_rps"],
-                                "errors": adaptive["overall"]["errors"],
-                                "by_class": {k: {"hit_rate": v["client_hit_rate"], "mean_steps": v["steps"]["mean"],
-                                                 "p99_ms": v["latency_ms"]["p99"]}
-                                             for k, v in class_table(adaptive).items()}}
+    result["adaptive_70pct"] = adaptive_summary(adaptive)
     result["fixed_full_depth_70pct"] = {"hit_rate": fixed["overall"]["client_hit_rate"],
                                         "by_class": {k: {"hit_rate": v["client_hit_rate"], "p99_ms": v["latency_ms"]["p99"]}
                                                      for k, v in class_table(fixed).items()}}
+
+    # 3b. The same adaptive run without continuous batching (its own server, same arrivals).
+    if "nojoin" not in skip:
+        repo_nojoin = repository_copy(args.repository, out, "repo-no-joins", args.model,
+                                      lambda text: text.replace("batching {", "batching {\n  continuous_batching: false", 1))
+        s = Server(server_bin, repo_nojoin, out, "no-joins")
+        result["adaptive_70pct_without_continuous_batching"] = adaptive_summary(
+            bench.run("adaptive-70pct-no-joins", s, common))
+        s.stop()
+
+        # 3c. Mixed tenants: budgeted calls arrive while full-depth batches run.
+        mixed = {}
+        tenant_rate = "%.2f" % (sat / 6)
+        for name, repo in (("continuous_batching", args.repository), ("without", repo_nojoin)):
+            s = Server(server_bin, repo, out, "mixed-" + name)
+            background = bench.start("mixed-%s-full-depth" % name, s,
+                                     ["--rate", tenant_rate, "--duration", "15s", "--warmup", "1s", "--steps", str(depth)],
+                                     seed=3)
+            time.sleep(1.5)  # the full-depth tenant is running before the budgeted one starts
+            budgeted = bench.run("mixed-%s-budgeted" % name, s,
+                                 ["--rate", tenant_rate, "--duration", "10s", "--warmup", "1s",
+                                  "--budgets", "%.3fms,%.3fms" % (budgets[0], budgets[1])])
+            full = Bench.finish(background)
+            s.stop()
+            mixed[name] = {"budgeted": adaptive_summary(budgeted),
+                           "full_depth": {"throughput_rps": full["throughput_rps"],
+                                          "p50_ms": full["overall"]["latency_ms"]["p50"],
+                                          "p99_ms": full["overall"]["latency_ms"]["p99"],
+                                          "errors": full["overall"]["errors"]}}
+        result["mixed_tenants"] = dict(mixed, rate_each_rps=sat / 6)
 
     # 4. Oracle: largest fixed step count meeting each budget for >= 99% of calls, same load.
     if "oracle" not in skip:
@@ -169,12 +246,8 @@ def main():
 
     # 5. Dynamic batching vs max_batch_size 1 (closed loop, concurrency 32).
     if "batching" not in skip:
-        repo_b1 = os.path.join(out, "repo-batch1")
-        shutil.rmtree(repo_b1, ignore_errors=True)
-        shutil.copytree(args.repository, repo_b1)
-        cfg = os.path.join(repo_b1, args.batching_model, "config.pbtxt")
-        text = re.sub(r"max_batch_size:\s*\d+", "max_batch_size: 1", open(cfg).read())
-        open(cfg, "w").write(text)
+        repo_b1 = repository_copy(args.repository, out, "repo-batch1", args.batching_model,
+                                  lambda text: re.sub(r"max_batch_size:\s*\d+", "max_batch_size: 1", text))
         throughput = {}
         for name, repo in (("dynamic", args.repository), ("batch1", repo_b1)):
             s = Server(server_bin, repo, out, "batching-" + name)

@@ -181,7 +181,7 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
         if (out.partial) return;
         width = static_cast<int>(translation ? out.tokens.size() : out.values.size());
       },
-      [](size_t) { return false; }));
+      [](size_t) { return false; }, nullptr));
   (void)probe_stats;
   const fs::path model_file = dir / config.torchscript_file();
   if (config.task() == v1::CLASSIFICATION && width != config.labels_size()) {
@@ -207,6 +207,8 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
   sched.max_queue_size = config.batching().max_queue_size();
   sched.pad_to_multiple = servable->pad_to_multiple;
   sched.max_sequence_length = config.max_sequence_length();
+  sched.continuous_batching = !translation && (!config.batching().has_continuous_batching() ||
+                                               config.batching().continuous_batching());
   sched.min_steps = config.steps().min();
   sched.max_steps = config.steps().max();
   sched.default_steps = config.steps().default_steps();
@@ -361,6 +363,7 @@ v1::ModelInfo ModelManager::Describe(const ModelEntry& entry) {
   info.set_device(s.device);
   info.set_compute_precision(s.precision);
   info.set_pad_to_multiple(s.pad_to_multiple);
+  info.set_continuous_batching(s.scheduler->continuous_batching());
   return info;
 }
 

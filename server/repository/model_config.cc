@@ -216,6 +216,10 @@ absl::Status ValidateModelConfig(const ModelConfig& config, const fs::path& mode
                       absl::StrCat("must be in [0, max_sequence_length = ", config.max_sequence_length(),
                                    "], got ", batching.pad_to_multiple()));
   }
+  if (config.task() == v1::TRANSLATION && batching.has_continuous_batching() && batching.continuous_batching()) {
+    return FieldError(file, "batching.continuous_batching",
+                      "is not supported for TRANSLATION models (a batch's encoder and decoder run as one unit)");
+  }
   if (config.max_inputs_per_request() < 1) return FieldError(file, "max_inputs_per_request", "must be >= 1");
   if (!config.quality_profile_file().empty()) {
     RETURN_IF_ERROR(CheckFileField(file, model_dir, "quality_profile_file", config.quality_profile_file()));

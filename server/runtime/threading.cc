@@ -1,7 +1,9 @@
 #include "server/runtime/threading.h"
 
 #include <dlfcn.h>
+#include <omp.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <thread>
 
@@ -11,16 +13,25 @@
 #include "absl/strings/str_cat.h"
 
 namespace odeserve::runtime {
+namespace {
+
+// Set once by ConfigureThreading; 0 threads = not configured (tests, tools): calls keep
+// whatever count the thread has.
+std::atomic<int> g_intra_op_threads{0};
+std::atomic<int> g_parallel_min_tokens{0};
+
+}  // namespace
 
 std::string ThreadingReport::summary() const {
-  return absl::StrCat("intra_op_threads=", intra_op_threads, " inter_op_threads=", inter_op_threads,
+  return absl::StrCat("intra_op_threads=", intra_op_threads, " parallel_min_tokens=", parallel_min_tokens,
+                      " inter_op_threads=", inter_op_threads,
                       " openblas=", openblas_found ? absl::StrCat("threads:", openblas_threads,
                                                                   " core:", openblas_core)
                                                    : "not loaded",
                       " onednn_cache=", onednn_cache_capacity);
 }
 
-ThreadingReport ConfigureThreading(int intra_op_threads) {
+ThreadingReport ConfigureThreading(int intra_op_threads, int parallel_min_tokens) {
   ThreadingReport report;
   // Read by oneDNN once, at its first primitive: before any model loads. The caller's wins.
   setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", kOneDnnCacheCapacity, /*overwrite=*/0);
@@ -37,6 +48,9 @@ ThreadingReport ConfigureThreading(int intra_op_threads) {
   // on history and the cost model could not predict it. Serving runs the graphs as scripted.
   torch::jit::setGraphExecutorOptimize(false);
   report.intra_op_threads = at::get_num_threads();
+  report.parallel_min_tokens = parallel_min_tokens;
+  g_parallel_min_tokens = parallel_min_tokens;
+  g_intra_op_threads = report.intra_op_threads;
   report.inter_op_threads = at::get_num_interop_threads();
 
   using SetThreads = void (*)(int);
@@ -57,5 +71,19 @@ ThreadingReport ConfigureThreading(int intra_op_threads) {
   }
   return report;
 }
+
+void SetIntraOpThreadsFor(int64_t tokens) {
+  const int threads = g_intra_op_threads.load();
+  if (threads <= 0) return;
+  omp_set_num_threads(tokens < g_parallel_min_tokens.load() ? 1 : threads);
+}
+
+IntraOpThreadsScope::IntraOpThreadsScope() {
+  // ATen sets a thread's count to the global one on its first parallel call; make that
+  // happen now, not in the middle of a batch after SetIntraOpThreadsFor.
+  previous_ = at::get_num_threads();
+}
+
+IntraOpThreadsScope::~IntraOpThreadsScope() { omp_set_num_threads(previous_); }
 
 }  // namespace odeserve::runtime

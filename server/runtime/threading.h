@@ -3,6 +3,7 @@
 // (a 3x loss at batch 1 on a 2-core machine), so the server pins OpenBLAS to one thread and lets
 // LibTorch own the parallelism.
 
+#include <cstdint>
 #include <string>
 
 namespace odeserve::runtime {
@@ -13,8 +14,16 @@ namespace odeserve::runtime {
 // load: 596 MB RSS at 1,024 against 482 MB at 4,096, docs/BENCHMARKS.md).
 inline constexpr char kOneDnnCacheCapacity[] = "4096";
 
+// Model calls over fewer padded tokens than this run on one intra-op thread. On a CPU shared
+// with RPC threads, a small call gains little from a second thread and loses much when that
+// thread's core is busy: every operator ends in an OpenMP barrier that waits for it (served
+// full-depth batch-1 latency on 2 cores: 8.9 ms on one thread, 18.1 ms on two;
+// docs/BENCHMARKS.md). Large batches keep every thread.
+inline constexpr int kDefaultParallelMinTokens = 512;
+
 struct ThreadingReport {
   int intra_op_threads = 0;
+  int parallel_min_tokens = 0;
   int inter_op_threads = 0;
   bool openblas_found = false;
   int openblas_threads = 0;        // after pinning
@@ -27,7 +36,26 @@ struct ThreadingReport {
 /// Sets LibTorch's intra-op threads (0 = one per hardware thread), inter-op threads to 1 and
 /// OpenBLAS to one thread (found with dlsym, so any BLAS works), and turns off TorchScript's
 /// per-shape graph re-optimization; sizes oneDNN's kernel cache (kOneDnnCacheCapacity unless
-/// ONEDNN_PRIMITIVE_CACHE_CAPACITY is set). Call once, before any model runs.
-ThreadingReport ConfigureThreading(int intra_op_threads);
+/// ONEDNN_PRIMITIVE_CACHE_CAPACITY is set). Calls under `parallel_min_tokens` padded tokens
+/// run on one thread (0: every call uses all intra-op threads). Call once, before any model runs.
+ThreadingReport ConfigureThreading(int intra_op_threads, int parallel_min_tokens = kDefaultParallelMinTokens);
+
+/// Sets the calling thread's intra-op threads for a model call over `tokens` padded tokens, as
+/// ConfigureThreading decided (no effect before it is called). OpenMP keeps the count per
+/// calling thread, so other models' batcher threads are unaffected; every shape always runs on
+/// the same count, so oneDNN compiles each shape's kernels once.
+void SetIntraOpThreadsFor(int64_t tokens);
+
+/// Restores the calling thread's intra-op thread count when it goes out of scope.
+class IntraOpThreadsScope {
+ public:
+  IntraOpThreadsScope();
+  ~IntraOpThreadsScope();
+  IntraOpThreadsScope(const IntraOpThreadsScope&) = delete;
+  IntraOpThreadsScope& operator=(const IntraOpThreadsScope&) = delete;
+
+ private:
+  int previous_;
+};
 
 }  // namespace odeserve::runtime

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/runtime/solvers.h"
+#include "server/runtime/threading.h"
 
 namespace odeserve::runtime {
 namespace {
@@ -50,21 +51,42 @@ std::pair<torch::Tensor, torch::Tensor> TorchExecutor::MakeInputs(
   return {x.to(device, /*non_blocking=*/false), mask.to(device)};
 }
 
+namespace {
+
+// `t` ([B, T, ...]) zero-padded along dim 1 to `length` tokens.
+torch::Tensor PadTokens(const torch::Tensor& t, int64_t length) {
+  if (t.size(1) == length) return t;
+  std::vector<int64_t> shape = t.sizes().vec();
+  shape[1] = length;
+  torch::Tensor padded = torch::zeros(shape, t.options());
+  padded.narrow(1, 0, t.size(1)).copy_(t);
+  return padded;
+}
+
+}  // namespace
+
 void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
-                              const scheduler::RowAbandonedFn& abandoned, scheduler::ExecStats& stats,
-                              const FinishedRowsFn& on_finished) {
-  auto [x, mask] = MakeInputs(batch.rows);
+                              const scheduler::RowAbandonedFn& abandoned, const scheduler::RowJoinFn& join,
+                              scheduler::ExecStats& stats, const FinishedRowsFn& on_finished) {
+  // Every row of the run, indexed as the callbacks see them: the batch's, then joined ones.
+  std::vector<scheduler::ExecRow> rows = batch.rows;
+  std::vector<int> joined_after(rows.size(), 0);  // the step boundary each row joined at
+  auto [x, mask] = MakeInputs(rows);
   stats.padded_tokens = mask.numel();
+  SetIntraOpThreadsFor(mask.numel());
   // The ODE state stays float32 whatever the compute precision: bfloat16 steps would round
   // away small updates of the shared block, and steps accumulate.
   torch::Tensor h = model_->InputStageUnchecked(x, mask).to(torch::kFloat32);
 
-  // Rows still in the batch, as indices into batch.rows, aligned with h's first dimension.
-  std::vector<size_t> active(batch.rows.size());
+  // Rows still in the batch, as indices into `rows`, aligned with h's first dimension.
+  std::vector<size_t> active(rows.size());
   std::iota(active.begin(), active.end(), 0);
-  std::vector<double> dt_values;
-  for (const auto& row : batch.rows) dt_values.push_back(double(model_->trained_depth()) / row.steps);
-  torch::Tensor dt = torch::tensor(dt_values, torch::kFloat64).to(h.device());
+  auto step_sizes = [&](size_t first) {
+    std::vector<double> values;
+    for (size_t r = first; r < rows.size(); ++r) values.push_back(double(model_->trained_depth()) / rows[r].steps);
+    return torch::tensor(values, torch::kFloat64).to(h.device());
+  };
+  torch::Tensor dt = step_sizes(0);
 
   const int evaluations = scheduler::EvaluationsPerStep(batch.solver);
   int iteration = 0;
@@ -73,6 +95,7 @@ void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
     const VectorField field = [&](const torch::Tensor& state) {
       return model_->VectorFieldUnchecked(state, current_mask);
     };
+    SetIntraOpThreadsFor(mask.numel());
     h = SolverStep(batch.solver, field, h, dt);
     stats.token_evaluations += mask.numel() * evaluations;
     ++iteration;
@@ -80,7 +103,7 @@ void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
     std::vector<int64_t> finished, kept;
     for (size_t i = 0; i < active.size(); ++i) {
       const size_t row = active[i];
-      if (batch.rows[row].steps <= iteration) {
+      if (rows[row].steps <= iteration - joined_after[row]) {
         finished.push_back(static_cast<int64_t>(i));
       } else if (!abandoned(row)) {
         kept.push_back(static_cast<int64_t>(i));
@@ -88,39 +111,61 @@ void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
     }
     if (!finished.empty()) {
       const torch::Tensor index = torch::tensor(finished, torch::kInt64).to(h.device());
-      std::vector<size_t> rows;
-      for (int64_t i : finished) rows.push_back(active[i]);
-      on_finished(rows, h.index_select(0, index), mask.index_select(0, index));
+      std::vector<size_t> done;
+      for (int64_t i : finished) done.push_back(active[i]);
+      on_finished(done, h.index_select(0, index), mask.index_select(0, index));
     }
-    if (kept.size() == active.size()) continue;
-    std::vector<size_t> next_active;
-    int64_t longest = 0;
-    for (int64_t i : kept) {
-      next_active.push_back(active[i]);
-      longest = std::max<int64_t>(longest, RowLength(batch.rows[active[i]]));
+    if (kept.size() != active.size()) {
+      std::vector<size_t> next_active;
+      int64_t longest = 0;
+      for (int64_t i : kept) {
+        next_active.push_back(active[i]);
+        longest = std::max<int64_t>(longest, RowLength(rows[active[i]]));
+      }
+      active.swap(next_active);
+      if (active.empty()) break;
+      const torch::Tensor index = torch::tensor(kept, torch::kInt64).to(h.device());
+      longest = scheduler::PaddedLength(longest, layout_.pad_to_multiple, layout_.max_length);
+      h = h.index_select(0, index).narrow(1, 0, longest).contiguous();
+      mask = mask.index_select(0, index).narrow(1, 0, longest).contiguous();
+      dt = dt.index_select(0, index);
     }
-    active.swap(next_active);
-    if (active.empty()) break;
-    const torch::Tensor index = torch::tensor(kept, torch::kInt64).to(h.device());
-    longest = scheduler::PaddedLength(longest, layout_.pad_to_multiple, layout_.max_length);
-    h = h.index_select(0, index).narrow(1, 0, longest).contiguous();
-    mask = mask.index_select(0, index).narrow(1, 0, longest).contiguous();
-    dt = dt.index_select(0, index);
+    if (!join) continue;
+    std::vector<scheduler::ExecRow> joined =
+        join({static_cast<int>(active.size()), h.size(1), iteration});
+    if (joined.empty()) continue;
+    // Joined rows run the input stage on their own, then share the state tensor (zero-padded
+    // to the longer of the two lengths: padded positions are masked out of attention).
+    const size_t first = rows.size();
+    rows.insert(rows.end(), joined.begin(), joined.end());
+    joined_after.resize(rows.size(), iteration);
+    auto [joined_x, joined_mask] = MakeInputs(joined);
+    stats.padded_tokens += joined_mask.numel();
+    SetIntraOpThreadsFor(joined_mask.numel());
+    const torch::Tensor joined_h = model_->InputStageUnchecked(joined_x, joined_mask).to(torch::kFloat32);
+    const int64_t length = std::max(h.size(1), joined_h.size(1));
+    h = torch::cat({PadTokens(h, length), PadTokens(joined_h, length)});
+    mask = torch::cat({PadTokens(mask, length), PadTokens(joined_mask, length)});
+    dt = torch::cat({dt, step_sizes(first)});
+    for (size_t r = first; r < rows.size(); ++r) active.push_back(r);
   }
   stats.iterations = iteration;
 }
 
 absl::StatusOr<scheduler::ExecStats> TorchExecutor::Run(const scheduler::ExecBatch& batch,
                                                         const scheduler::RowDoneFn& on_done,
-                                                        const scheduler::RowAbandonedFn& abandoned) {
+                                                        const scheduler::RowAbandonedFn& abandoned,
+                                                        const scheduler::RowJoinFn& join) {
   const auto started = std::chrono::steady_clock::now();
   scheduler::ExecStats stats;
   if (batch.rows.empty()) return stats;
   try {
     c10::InferenceMode guard;
     PrecisionScope precision(model_->precision(), model_->device());
-    Integrate(batch, abandoned, stats,
+    IntraOpThreadsScope threads;
+    Integrate(batch, abandoned, join, stats,
               [&](const std::vector<size_t>& rows, const torch::Tensor& h, const torch::Tensor& mask) {
+                SetIntraOpThreadsFor(mask.numel());
                 const torch::Tensor out =
                     model_->OutputStageUnchecked(h, mask).to(torch::kCPU, torch::kFloat32).contiguous();
                 const int64_t width = out.size(1);

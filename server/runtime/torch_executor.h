@@ -1,8 +1,8 @@
 #pragma once
 // Runs scheduler batches on a TorchModel: pads rows into tensors, runs the input stage, steps
 // every row through the shared block with its own dt = L / steps, and hands each row to the
-// scheduler the moment its steps are done; finished and abandoned rows leave the batch, and
-// the batch is re-trimmed to its longest remaining row.
+// scheduler the moment its steps are done; finished and abandoned rows leave the batch, the
+// batch is re-trimmed to its longest remaining row, and queued rows may join at a step boundary.
 
 #include <functional>
 #include <memory>
@@ -28,7 +28,9 @@ class TorchExecutor : public scheduler::BatchExecutor {
 
   absl::StatusOr<scheduler::ExecStats> Run(const scheduler::ExecBatch& batch,
                                            const scheduler::RowDoneFn& on_done,
-                                           const scheduler::RowAbandonedFn& abandoned) override;
+                                           const scheduler::RowAbandonedFn& abandoned,
+                                           const scheduler::RowJoinFn& join) override;
+  bool AcceptsJoins() const override { return true; }
 
   /// Builds the padded input tensors (on the model's device) for `rows`.
   std::pair<torch::Tensor, torch::Tensor> MakeInputs(
@@ -39,10 +41,12 @@ class TorchExecutor : public scheduler::BatchExecutor {
   using FinishedRowsFn = std::function<void(const std::vector<size_t>& rows,
                                             const torch::Tensor& h, const torch::Tensor& mask)>;
   /// Input stage, then every row's own number of solver steps; finished rows are handed to
-  /// `on_finished`, abandoned ones just leave. Fills the encoder fields of `stats`. Throws
-  /// c10::Error; callers hold InferenceMode and catch.
+  /// `on_finished`, abandoned ones just leave, and rows `join` (may be empty) returns join at
+  /// a step boundary. Fills the encoder fields of `stats`. Throws c10::Error; callers hold
+  /// InferenceMode and catch.
   void Integrate(const scheduler::ExecBatch& batch, const scheduler::RowAbandonedFn& abandoned,
-                 scheduler::ExecStats& stats, const FinishedRowsFn& on_finished);
+                 const scheduler::RowJoinFn& join, scheduler::ExecStats& stats,
+                 const FinishedRowsFn& on_finished);
 
   std::shared_ptr<TorchModel> model_;
   InputLayout layout_;

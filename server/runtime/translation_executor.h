@@ -27,7 +27,10 @@ class TranslationExecutor : public TorchExecutor {
 
   absl::StatusOr<scheduler::ExecStats> Run(const scheduler::ExecBatch& batch,
                                            const scheduler::RowDoneFn& on_done,
-                                           const scheduler::RowAbandonedFn& abandoned) override;
+                                           const scheduler::RowAbandonedFn& abandoned,
+                                           const scheduler::RowJoinFn& join) override;
+  /// Rows never join: a batch's encoder and decoder run as one unit, and `join` is not called.
+  bool AcceptsJoins() const override { return false; }
 
  private:
   /// Beam search for `rows` (indices into batch.rows) sharing decoder steps and beam size.

@@ -50,7 +50,7 @@ struct ExecBatch {
 
 /// What a run cost, for the cost model.
 struct ExecStats {
-  int64_t padded_tokens = 0;       // rows x longest row at the start
+  int64_t padded_tokens = 0;       // input-stage tokens: rows x padded length, per start or join
   int64_t token_evaluations = 0;   // sum over field evaluations of the active padded tokens
   int iterations = 0;              // solver steps of the longest-running row
   int64_t decoder_calls = 0;       // decoder field calls (positions x decoder steps, per group)
@@ -75,12 +75,26 @@ using RowDoneFn = std::function<void(size_t row, const RowOutput& output)>;
 /// Polled at each step boundary; a row for which it returns true leaves the batch unfinished.
 using RowAbandonedFn = std::function<bool(size_t row)>;
 
+/// A running batch between two steps, once its finished and abandoned rows have left.
+struct JoinRoom {
+  int rows = 0;               // rows still running
+  int64_t padded_length = 0;  // their token length as the batch runs it
+  int iteration = 0;          // solver steps run so far
+};
+/// Continuous batching: called at each step boundary while rows are still running. The rows it
+/// returns join the batch there, take the row indices that follow the rows already in the run,
+/// and run their own step counts from that boundary. Their inputs must outlive the run.
+using RowJoinFn = std::function<std::vector<ExecRow>(const JoinRoom& room)>;
+
 class BatchExecutor {
  public:
   virtual ~BatchExecutor() = default;
-  /// Runs every row of `batch` to its step count. Thread-compatible: one Run at a time.
+  /// Runs every row of `batch`, and every row `join` (may be empty) adds, to its step count.
+  /// Thread-compatible: one Run at a time.
   virtual absl::StatusOr<ExecStats> Run(const ExecBatch& batch, const RowDoneFn& on_done,
-                                        const RowAbandonedFn& abandoned) = 0;
+                                        const RowAbandonedFn& abandoned, const RowJoinFn& join) = 0;
+  /// Whether Run ever calls `join` (translation runs the encoder and decoder as one unit).
+  virtual bool AcceptsJoins() const { return false; }
 };
 
 }  // namespace odeserve::scheduler

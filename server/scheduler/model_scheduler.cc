@@ -53,8 +53,15 @@ CostShape Work(int64_t rows, int64_t longest, int steps, Solver solver, int deco
 
 void ComputeGate::Acquire() {
   std::unique_lock<std::mutex> lock(mutex_);
+  ++waiting_;
   cv_.wait(lock, [&] { return free_ > 0; });
+  --waiting_;
   --free_;
+}
+
+bool ComputeGate::HasWaiters() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return waiting_ > 0;
 }
 
 void ComputeGate::Release() {
@@ -99,7 +106,9 @@ struct ModelScheduler::Slice {
 };
 
 ModelScheduler::ModelScheduler(SchedulerOptions options, std::shared_ptr<BatchExecutor> executor)
-    : options_(std::move(options)), executor_(std::move(executor)) {
+    : options_(std::move(options)),
+      executor_(std::move(executor)),
+      joins_enabled_(options_.continuous_batching && executor_->AcceptsJoins()) {
   batcher_ = std::thread([this] { BatcherLoop(); });
 }
 
@@ -120,15 +129,31 @@ int ModelScheduler::queued_rows() const {
 }
 
 absl::Duration ModelScheduler::PredictCompute(const PlanRequest& request, int steps, Solver solver,
-                                              int decoder_steps) const {
+                                              int decoder_steps, int64_t shared_padded_tokens) const {
   const int64_t longest = Padded(request.padded_tokens / std::max(1, request.rows));
-  return absl::Seconds(cost_model_.Predict(Work(request.rows, longest, steps, solver, decoder_steps,
-                                                request.beam_size, request.expected_output_tokens)));
+  CostShape work = Work(request.rows, longest, steps, solver, decoder_steps, request.beam_size,
+                        request.expected_output_tokens);
+  // Every step also evaluates the field over the rows it shares the batch with.
+  work.token_evaluations += shared_padded_tokens * steps * EvaluationsPerStep(solver);
+  return absl::Seconds(cost_model_.Predict(work));
 }
 
-absl::Duration ModelScheduler::EstimateQueueDelay() const {
+QueueForecast ModelScheduler::ForecastQueue(const PlanRequest& request, Solver solver) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const absl::Time now = absl::Now();
+  // At the next boundary the batch has one step fewer left.
+  if (running_.joinable && running_.solver == solver && running_.steps_left - 1 >= kMinStepsLeftToJoin) {
+    // Joins at the next step boundary if it fits beside the running rows and the rows queued
+    // ahead of it (all of which join there too).
+    const int64_t rows = running_.rows + queued_.rows + request.rows;
+    const int64_t length = std::max(running_.padded_length, Padded(request.padded_tokens / std::max(1, request.rows)));
+    if (rows <= options_.max_batch_size && rows * length <= options_.max_batch_tokens) {
+      QueueForecast forecast;
+      forecast.wait = running_.step;
+      forecast.shared_padded_tokens = (running_.rows + queued_.rows) * length;
+      return forecast;
+    }
+  }
   absl::Duration wait = std::max(absl::ZeroDuration(), running_until_ - now);
   if (queued_.rows > 0) {
     CostShape queued = queued_;
@@ -143,20 +168,30 @@ absl::Duration ModelScheduler::EstimateQueueDelay() const {
     wait += absl::Seconds(cost_model_.Predict(queued));
   }
   // A batch that does not fill waits this long for company before it starts.
-  return wait + options_.max_queue_delay;
+  return {wait + options_.max_queue_delay, 0};
 }
 
 absl::StatusOr<Plan> ModelScheduler::MakePlan(const PlanRequest& request) const {
   Plan plan;
-  plan.predicted_queue = EstimateQueueDelay();
   const Solver default_solver = request.solver.value_or(Solver::kEuler);
   const bool decodes = options_.max_decoder_steps > 0;
+  // The queue ahead depends on the solver: rows join a running batch only with its solver.
+  std::map<Solver, QueueForecast> forecasts;
+  auto forecast = [&](Solver solver) -> const QueueForecast& {
+    auto it = forecasts.find(solver);
+    if (it == forecasts.end()) it = forecasts.emplace(solver, ForecastQueue(request, solver)).first;
+    return it->second;
+  };
+  auto compute = [&](int steps, Solver solver, int decoder_steps) {
+    return PredictCompute(request, steps, solver, decoder_steps, forecast(solver).shared_padded_tokens);
+  };
   auto finish = [&](int steps, Solver solver, int decoder_steps, StepChoiceKind choice) {
     plan.steps = steps;
     plan.solver = solver;
     plan.decoder_steps = decoder_steps;
     plan.choice = choice;
-    plan.predicted_total = plan.predicted_queue + PredictCompute(request, steps, solver, decoder_steps);
+    plan.predicted_queue = forecast(solver).wait;
+    plan.predicted_total = plan.predicted_queue + compute(steps, solver, decoder_steps);
     return plan;
   };
   // Translation: an explicit decoder step count is kept; the encoder's follows the same rules.
@@ -210,13 +245,14 @@ absl::StatusOr<Plan> ModelScheduler::MakePlan(const PlanRequest& request) const 
   const double inflation = LatencyInflation();
   const StepCandidate* best = nullptr;
   const StepCandidate* cheapest = nullptr;
-  auto compute = [&](const StepCandidate& c) { return PredictCompute(request, c.steps, c.solver, c.decoder_steps); };
+  auto total = [&](const StepCandidate& c) {
+    return forecast(c.solver).wait + compute(c.steps, c.solver, c.decoder_steps);
+  };
   for (const auto& c : candidates) {
-    if (cheapest == nullptr || compute(c) < compute(*cheapest)) cheapest = &c;
-    const absl::Duration total = plan.predicted_queue + compute(c);
-    if (total * inflation > budget) continue;
+    if (cheapest == nullptr || total(c) < total(*cheapest)) cheapest = &c;
+    if (total(c) * inflation > budget) continue;
     if (best == nullptr || c.quality > best->quality ||
-        (c.quality == best->quality && compute(c) < compute(*best))) {
+        (c.quality == best->quality && total(c) < total(*best))) {
       best = &c;
     }
   }
@@ -287,12 +323,12 @@ absl::Status ModelScheduler::Submit(std::unique_ptr<WorkItem> item) {
 }
 
 std::vector<ModelScheduler::Slice> ModelScheduler::TakeBatchLocked(
-    std::vector<std::shared_ptr<Entry>>& dropped) {
+    const BatchRoom& room, std::vector<std::shared_ptr<Entry>>& dropped) {
   std::vector<Slice> batch;
   const absl::Time now = absl::Now();
-  int rows = 0;
-  size_t longest = 0;
-  std::optional<Solver> solver;
+  int rows = room.rows;
+  size_t longest = static_cast<size_t>(room.padded_length);
+  std::optional<Solver> solver = room.solver;
   for (auto it = queue_.begin(); it != queue_.end();) {
     Entry& entry = **it;
     const WorkItem& item = *entry.item;
@@ -304,6 +340,10 @@ std::vector<ModelScheduler::Slice> ModelScheduler::TakeBatchLocked(
       continue;
     }
     if (solver.has_value() && item.solver != *solver) {
+      if (room.joining) {
+        running_.joinable = false;
+        break;
+      }
       ++it;
       continue;
     }
@@ -317,11 +357,12 @@ std::vector<ModelScheduler::Slice> ModelScheduler::TakeBatchLocked(
       const int new_rows = rows + static_cast<int>(take) + 1;
       const bool fits = new_rows <= options_.max_batch_size &&
                         static_cast<int64_t>(length) * new_rows <= options_.max_batch_tokens;
-      if (!fits && !(batch.empty() && take == 0)) break;
+      if (!fits && !(rows == 0 && take == 0)) break;
       take_longest = length;
       ++take;
     }
     if (take == 0) {
+      if (room.joining) break;  // it joins at a later boundary, once rows have left
       ++it;
       continue;
     }
@@ -362,26 +403,45 @@ void ModelScheduler::BatcherLoop() {
       cv_.wait_for(lock, absl::ToChronoNanoseconds(fill_deadline - now));
     }
     std::vector<std::shared_ptr<Entry>> dropped;
-    std::vector<Slice> batch = TakeBatchLocked(dropped);
+    std::vector<Slice> batch = TakeBatchLocked(BatchRoom{}, dropped);
     const int depth = static_cast<int>(queued_.rows);
-    const double predicted = batch.empty() ? 0 : PredictBatchSeconds(batch);
-    if (!batch.empty()) running_until_ = absl::Now() + absl::Seconds(predicted);
+    if (!batch.empty()) {
+      const double predicted = PredictBatchSeconds(batch);
+      running_until_ = absl::Now() + absl::Seconds(predicted);
+      int rows = 0, steps = 1;
+      int64_t longest = 0;
+      for (const auto& slice : batch) {
+        rows += static_cast<int>(slice.end - slice.begin);
+        steps = std::max(steps, slice.entry->item->steps);
+        for (size_t r = slice.begin; r < slice.end; ++r) {
+          longest = std::max<int64_t>(longest, slice.entry->item->rows[r].ids.size());
+        }
+      }
+      // Until its first step is measured, a step is predicted as an even share of the batch.
+      running_ = {joins_enabled_, batch.front().entry->item->solver, rows, Padded(longest), steps,
+                  absl::Seconds(predicted / steps)};
+    }
     lock.unlock();
     if (options_.observer) options_.observer->OnQueueDepth(depth);
-    const absl::Time now = absl::Now();
-    for (auto& entry : dropped) {
-      const WorkItem& item = *entry->item;
-      if (item.cancelled && item.cancelled()) {
-        Complete(*entry, absl::CancelledError("call cancelled by the client while queued"));
-      } else {
-        Complete(*entry, absl::DeadlineExceededError(absl::StrCat(
-            "deadline passed after ", Ms(now - entry->enqueued), " in the queue of model '",
-            options_.model_name, "'")));
-      }
-    }
-    if (!batch.empty()) RunBatch(std::move(batch), predicted);
+    FailDropped(dropped);
+    if (!batch.empty()) RunBatch(std::move(batch));
     lock.lock();
     running_until_ = absl::InfinitePast();
+    running_.joinable = false;
+  }
+}
+
+void ModelScheduler::FailDropped(const std::vector<std::shared_ptr<Entry>>& dropped) {
+  const absl::Time now = absl::Now();
+  for (const auto& entry : dropped) {
+    const WorkItem& item = *entry->item;
+    if (item.cancelled && item.cancelled()) {
+      Complete(*entry, absl::CancelledError("call cancelled by the client while queued"));
+    } else {
+      Complete(*entry, absl::DeadlineExceededError(absl::StrCat(
+          "deadline passed after ", Ms(now - entry->enqueued), " in the queue of model '",
+          options_.model_name, "'")));
+    }
   }
 }
 
@@ -422,26 +482,76 @@ double ModelScheduler::PredictBatchSeconds(const std::vector<Slice>& slices) con
   return cost_model_.Predict(shape);
 }
 
-void ModelScheduler::RunBatch(std::vector<Slice> slices, double predicted) {
+void ModelScheduler::RunBatch(std::vector<Slice> slices) {
   ExecBatch exec;
   exec.solver = slices.front().entry->item->solver;
   std::vector<std::pair<size_t, size_t>> owner;  // exec row -> (slice, row in its entry)
-  for (size_t i = 0; i < slices.size(); ++i) {
-    const WorkItem& item = *slices[i].entry->item;
-    for (size_t r = slices[i].begin; r < slices[i].end; ++r) {
-      exec.rows.push_back({&item.rows[r], item.steps, item.decode});
-      owner.emplace_back(i, r);
-    }
-  }
-  const int batch_rows = static_cast<int>(exec.rows.size());
-
-  const absl::Time started = absl::Now();
-  for (auto& slice : slices) {
+  int max_end_iteration = 0;                      // the step at which its last row finishes
+  auto add_rows = [&](Slice& slice, int iteration, int batch_rows, absl::Time now,
+                      std::vector<ExecRow>& rows) {
+    const WorkItem& item = *slice.entry->item;
     if (slice.begin == 0) {
-      slice.entry->first_start = started;
+      slice.entry->first_start = now;
       slice.entry->first_batch_rows = batch_rows;
     }
+    for (size_t r = slice.begin; r < slice.end; ++r) {
+      rows.push_back({&item.rows[r], item.steps, item.decode});
+      owner.emplace_back(slices.size(), r);
+    }
+    max_end_iteration = std::max(max_end_iteration, iteration + item.steps);
+    slices.push_back(std::move(slice));
+  };
+  {
+    std::vector<Slice> first = std::move(slices);
+    slices.clear();
+    int batch_rows = 0;
+    for (const auto& slice : first) batch_rows += static_cast<int>(slice.end - slice.begin);
+    const absl::Time started = absl::Now();
+    for (auto& slice : first) add_rows(slice, 0, batch_rows, started, exec.rows);
   }
+
+  // Continuous batching: at each step boundary, queued rows that fit join the batch.
+  absl::Time last_boundary;  // set once the gate lets the batch run
+  const int join_window = kJoinWindowStepsFactor * options_.max_steps;
+  auto join = [&](const JoinRoom& room) -> std::vector<ExecRow> {
+    const absl::Time now = absl::Now();
+    std::vector<std::shared_ptr<Entry>> dropped;
+    std::vector<Slice> joining;
+    int depth = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      running_.rows = room.rows;
+      running_.padded_length = room.padded_length;
+      running_.step = now - last_boundary;
+      running_.steps_left = max_end_iteration - room.iteration;
+      if (room.iteration >= join_window || running_.steps_left < kMinStepsLeftToJoin ||
+          (options_.gate && options_.gate->HasWaiters())) {
+        running_.joinable = false;
+      }
+      if (running_.joinable && !queue_.empty()) {
+        joining = TakeBatchLocked(BatchRoom{room.rows, room.padded_length, exec.solver, true}, dropped);
+      }
+      int joined_rows = 0;
+      for (const auto& slice : joining) {
+        joined_rows += static_cast<int>(slice.end - slice.begin);
+        max_end_iteration = std::max(max_end_iteration, room.iteration + slice.entry->item->steps);
+      }
+      running_.rows += joined_rows;
+      running_.steps_left = max_end_iteration - room.iteration;
+      running_until_ = now + running_.step * std::max(0, max_end_iteration - room.iteration);
+      depth = static_cast<int>(queued_.rows);
+    }
+    last_boundary = now;
+    FailDropped(dropped);
+    std::vector<ExecRow> rows;
+    if (joining.empty()) return rows;
+    if (options_.observer) options_.observer->OnQueueDepth(depth);
+    int batch_rows = room.rows;
+    for (const auto& slice : joining) batch_rows += static_cast<int>(slice.end - slice.begin);
+    for (auto& slice : joining) add_rows(slice, room.iteration, batch_rows, now, rows);
+    return rows;
+  };
+
   auto on_done = [&](size_t row, const RowOutput& output) {
     Entry& entry = *slices[owner[row].first].entry;
     if (entry.completed) return;
@@ -483,7 +593,8 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices, double predicted) {
   };
 
   if (options_.gate) options_.gate->Acquire();
-  absl::StatusOr<ExecStats> stats = executor_->Run(exec, on_done, abandoned);
+  last_boundary = absl::Now();
+  absl::StatusOr<ExecStats> stats = executor_->Run(exec, on_done, abandoned, joins_enabled_ ? join : RowJoinFn());
   if (options_.gate) options_.gate->Release();
 
   for (auto& slice : slices) {
@@ -495,12 +606,12 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices, double predicted) {
     }
   }
   if (!stats.ok()) return;
-  const CostSample sample = SampleOf(batch_rows, *stats);
+  const CostSample sample = SampleOf(static_cast<int64_t>(owner.size()), *stats);  // joined rows too
   BatchObservation observation;
-  observation.rows = batch_rows;
+  observation.rows = static_cast<int>(owner.size());
   observation.padded_tokens = stats->padded_tokens;
   observation.seconds = stats->seconds;
-  observation.predicted_seconds = predicted;
+  observation.predicted_seconds = cost_model_.Predict(sample.shape);
   observation.relative_error = cost_model_.Observe(sample);
   if (options_.observer) options_.observer->OnBatch(observation);
 }
@@ -510,7 +621,7 @@ absl::Status ModelScheduler::Calibrate(const std::vector<ExecBatch>& warmup,
   std::promise<absl::Status> finished;
   auto task = [&] {
     auto run = [&](const ExecBatch& batch) {
-      return executor_->Run(batch, [](size_t, const RowOutput&) {}, [](size_t) { return false; });
+      return executor_->Run(batch, [](size_t, const RowOutput&) {}, [](size_t) { return false; }, nullptr);
     };
     for (const auto& batch : warmup) {
       if (auto stats = run(batch); !stats.ok()) return finished.set_value(stats.status());

@@ -5,7 +5,9 @@
 // the cost model and the queue ahead), then submitted. The batcher thread waits up to
 // max_queue_delay for a batch to fill, drops cancelled and expired work before spending compute
 // on it, and runs rows with different step counts in one batch; each request completes the
-// moment its own rows are done.
+// moment its own rows are done. With continuous batching, queued rows also join the running
+// batch at its next step boundary, so a call that needs one step never waits for another
+// call's last step.
 
 #include <condition_variable>
 #include <cstdint>
@@ -40,11 +42,15 @@ class ComputeGate {
   explicit ComputeGate(int slots) : free_(slots) {}
   void Acquire();
   void Release();
+  /// Whether a batch (of another model) is waiting for a slot: a running batch stops taking
+  /// in new rows then, so that models take turns.
+  bool HasWaiters() const;
 
  private:
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable cv_;
   int free_;
+  int waiting_ = 0;
 };
 
 struct BatchObservation {
@@ -63,6 +69,14 @@ class SchedulerObserver {
   virtual void OnBatch(const BatchObservation& batch) {}
 };
 
+/// A running batch takes in joining rows for at most this many times the model's max_steps
+/// steps, then finishes its rows: the cost model learns from whole runs, so runs must end.
+inline constexpr int kJoinWindowStepsFactor = 4;
+/// Rows join only a batch with at least this many steps left to run. One that ends within a
+/// step costs a queued call at most that step of waiting, while a join costs every running row
+/// the joiner's input stage (measured: joins into 1-2 step batches made calls slower).
+inline constexpr int kMinStepsLeftToJoin = 2;
+
 struct SchedulerOptions {
   std::string model_name;
   int max_batch_size = 32;
@@ -73,6 +87,12 @@ struct SchedulerOptions {
   // max_sequence_length: costs and max_batch_tokens count the padded length.
   int pad_to_multiple = 1;
   int max_sequence_length = 0;
+  // Continuous batching: queued rows join the running batch at a step boundary (when the
+  // executor AcceptsJoins). A batch stops taking rows after kJoinWindowStepsFactor x max_steps
+  // steps, when a queued call cannot join it (another solver), when it has fewer than
+  // kMinStepsLeftToJoin steps left, or when another model waits for the compute gate; it then
+  // runs its rows to the end.
+  bool continuous_batching = false;
   int min_steps = 1;
   int max_steps = 1;
   int default_steps = 1;
@@ -103,6 +123,14 @@ struct PlanRequest {
   int decoder_steps = 0;
   int beam_size = 1;
   int expected_output_tokens = 0;
+};
+
+/// What a request submitted now should expect before its rows compute.
+struct QueueForecast {
+  absl::Duration wait;             // until its rows start computing
+  // Joining the running batch: the padded tokens of the rows it will step beside (each of its
+  // steps then costs their share too); 0 when it starts a batch of its own.
+  int64_t shared_padded_tokens = 0;
 };
 
 struct Plan {
@@ -166,8 +194,11 @@ class ModelScheduler {
   int queued_rows() const;
   const CostModel& cost_model() const { return cost_model_; }
   const SchedulerOptions& options() const { return options_; }
-  /// Predicted wait before a request submitted now would start computing.
-  absl::Duration EstimateQueueDelay() const;
+  /// Predicted wait before `request`'s rows would start computing if it were submitted now
+  /// with `solver`, and whether it would join the running batch.
+  QueueForecast ForecastQueue(const PlanRequest& request, Solver solver) const;
+  /// Whether rows join running batches (options and executor both allow it).
+  bool continuous_batching() const { return joins_enabled_; }
 
   /// Records a finished call's predicted and measured time inside the server. Budgeted plans
   /// are inflated by a high quantile of measured/predicted over recent calls, so the step
@@ -182,22 +213,37 @@ class ModelScheduler {
 
   void BatcherLoop();
   struct Slice;
-  std::vector<Slice> TakeBatchLocked(std::vector<std::shared_ptr<Entry>>& dropped);
+  /// A batch being filled: empty (a new batch) or a running one that rows may join.
+  struct BatchRoom {
+    int rows = 0;
+    int64_t padded_length = 0;
+    std::optional<Solver> solver;
+    bool joining = false;
+  };
+  /// Takes queued rows that fit `room`, in queue order; drops cancelled and expired entries
+  /// into `dropped`. Joining, it stops at the first entry that cannot join and, when that
+  /// entry needs another solver, closes the running batch to joins (it must not wait behind
+  /// later arrivals).
+  std::vector<Slice> TakeBatchLocked(const BatchRoom& room, std::vector<std::shared_ptr<Entry>>& dropped);
+  /// Completes entries dropped from the queue (cancelled or past their deadline).
+  void FailDropped(const std::vector<std::shared_ptr<Entry>>& dropped);
   /// The cost model's prediction for a batch of these slices (the longest row pads all).
   double PredictBatchSeconds(const std::vector<Slice>& slices) const;
   /// A batch's token length once padded (SchedulerOptions::pad_to_multiple).
   int64_t Padded(int64_t longest) const {
     return PaddedLength(longest, options_.pad_to_multiple, options_.max_sequence_length);
   }
-  void RunBatch(std::vector<Slice> slices, double predicted_seconds);
+  void RunBatch(std::vector<Slice> slices);
   void Complete(Entry& entry, absl::StatusOr<WorkResult> result);
   /// Predicted compute of a call: `rows` x `tokens` padded, encoder `steps` of `solver`, and
-  /// (translation) `expected_output` positions of `decoder_steps` over rows x beams.
+  /// (translation) `expected_output` positions of `decoder_steps` over rows x beams; each step
+  /// also pays for `shared_padded_tokens` of other rows in its batch.
   absl::Duration PredictCompute(const PlanRequest& request, int steps, Solver solver,
-                                int decoder_steps) const;
+                                int decoder_steps, int64_t shared_padded_tokens) const;
 
   const SchedulerOptions options_;
   const std::shared_ptr<BatchExecutor> executor_;
+  const bool joins_enabled_;
   CostModel cost_model_;
 
   mutable std::mutex mutex_;
@@ -207,6 +253,15 @@ class ModelScheduler {
   bool stopping_ = false;
   std::function<void()> batcher_task_;  // run once by the batcher thread (calibration)
   absl::Time running_until_ = absl::InfinitePast();  // predicted end of the running batch
+  // The running batch, as of its last step boundary (continuous batching).
+  struct RunningBatch {
+    bool joinable = false;     // still takes rows at its step boundaries
+    Solver solver = Solver::kEuler;
+    int rows = 0;
+    int64_t padded_length = 0;
+    int steps_left = 0;        // until its last row finishes
+    absl::Duration step;       // its last step's wall time: the wait for the next boundary
+  } running_;
   std::deque<double> latency_ratios_;                 // measured / predicted, recent calls
   double latency_inflation_ = 1.0;
   std::thread batcher_;

@@ -110,7 +110,7 @@ void BM_Batch(benchmark::State& state) {
   for (int i = 0; i < rows; ++i) batch.rows.push_back({&row, steps, {}});
   int64_t evaluations = 0;
   for (auto _ : state) {
-    auto stats = m.executor->Run(batch, [](size_t, const scheduler::RowOutput&) {}, [](size_t) { return false; });
+    auto stats = m.executor->Run(batch, [](size_t, const scheduler::RowOutput&) {}, [](size_t) { return false; }, nullptr);
     if (!stats.ok()) {
       state.SkipWithError(std::string(stats.status().message()).c_str());
       return;
@@ -169,7 +169,7 @@ void BM_Translate(benchmark::State& state) {
         [&](size_t, const scheduler::RowOutput& out) {
           if (!out.partial) generated += static_cast<int64_t>(out.tokens.size()) + 1;
         },
-        [](size_t) { return false; });
+        [](size_t) { return false; }, nullptr);
     if (!stats.ok()) {
       state.SkipWithError(std::string(stats.status().message()).c_str());
       return;
@@ -214,6 +214,11 @@ BENCHMARK(BM_Batch)->ArgNames({"rows", "tokens", "L_over", "solver", "bf16"})
     ->Args({32, 32, 1, kEuler, 0})->Args({32, 32, 1, kEuler, 1})
     ->Args({32, 64, 1, kEuler, 1})
     ->Unit(benchmark::kMillisecond)->MinTime(1.0);
+// One bfloat16 Euler step (L_over = L) by batch size: where more intra-op threads start to pay
+// (compare runs with --intra_op_threads=1 and =2).
+BENCHMARK(BM_Batch)->ArgNames({"rows", "tokens", "L_over", "solver", "bf16"})
+    ->ArgsProduct({{1, 2, 4, 8, 16, 32}, {64}, {8}, {kEuler}, {1}})
+    ->Unit(benchmark::kMillisecond)->MinTime(0.5);
 
 }  // namespace
 }  // namespace odeserve
@@ -221,10 +226,18 @@ BENCHMARK(BM_Batch)->ArgNames({"rows", "tokens", "L_over", "solver", "bf16"})
 int main(int argc, char** argv) {
   const std::string prefix = "--model_dir=";
   const std::string translate_prefix = "--translate_model_dir=";
+  const std::string threads_prefix = "--intra_op_threads=";  // as the server's flag; 0 = one per CPU
+  int intra_op_threads = 0;
+  const std::string min_tokens_prefix = "--parallel_min_tokens=";  // as the server's flag
+  int parallel_min_tokens = odeserve::runtime::kDefaultParallelMinTokens;
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     if (std::string(argv[i]).rfind(prefix, 0) == 0) {
       odeserve::g_model_dir = std::string(argv[i]).substr(prefix.size());
+    } else if (std::string(argv[i]).rfind(min_tokens_prefix, 0) == 0) {
+      parallel_min_tokens = std::stoi(std::string(argv[i]).substr(min_tokens_prefix.size()));
+    } else if (std::string(argv[i]).rfind(threads_prefix, 0) == 0) {
+      intra_op_threads = std::stoi(std::string(argv[i]).substr(threads_prefix.size()));
     } else if (std::string(argv[i]).rfind(translate_prefix, 0) == 0) {
       odeserve::g_translate_model_dir = std::string(argv[i]).substr(translate_prefix.size());
     } else {
@@ -233,7 +246,7 @@ int main(int argc, char** argv) {
   }
   if (odeserve::g_model_dir.empty()) odeserve::g_model_dir = ODESERVE_DEFAULT_BENCH_MODEL;
   if (odeserve::g_translate_model_dir.empty()) odeserve::g_translate_model_dir = ODESERVE_DEFAULT_TRANSLATE_MODEL;
-  const auto threading = odeserve::runtime::ConfigureThreading(0);
+  const auto threading = odeserve::runtime::ConfigureThreading(intra_op_threads, parallel_min_tokens);
   benchmark::AddCustomContext("model_dir", odeserve::g_model_dir);
   benchmark::AddCustomContext("translate_model_dir", odeserve::g_translate_model_dir);
   benchmark::AddCustomContext("threading", threading.summary());

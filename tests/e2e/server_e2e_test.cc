@@ -85,6 +85,16 @@ class ServerTest : public ::testing::Test {
     grpc::ClientContext context;
     return stub_->Classify(&context, request, response);
   }
+  // GetModel's description of `name` (empty when the call fails, which is a test failure).
+  v1::ModelInfo Describe(const std::string& name) {
+    grpc::ClientContext context;
+    v1::GetModelRequest get;
+    get.set_name(name);
+    v1::GetModelResponse model;
+    const grpc::Status status = stub_->GetModel(&context, get, &model);
+    EXPECT_TRUE(status.ok()) << name << ": " << status.error_message();
+    return model.model();
+  }
   static EmbedRequest EmbedOf(const std::string& model, std::vector<std::string> inputs) {
     EmbedRequest request;
     request.set_model(model);
@@ -292,12 +302,7 @@ TEST_F(ServerTest, ListAndGetModelDescribeModelsAndTheBrokenOne) {
 TEST_F(ServerTest, PaddedBatchesServeTheSameEmbeddings) {
   // batching.pad_to_multiple changes the shapes a batch runs at, never a row's result.
   for (const auto& [name, multiple] : std::vector<std::pair<std::string, int>>{{"tiny-albert", 1}, {"padded-albert", 8}}) {
-    grpc::ClientContext context;
-    v1::GetModelRequest get;
-    get.set_name(name);
-    v1::GetModelResponse model;
-    ASSERT_TRUE(stub_->GetModel(&context, get, &model).ok());
-    EXPECT_EQ(model.model().pad_to_multiple(), multiple) << name;
+    EXPECT_EQ(Describe(name).pad_to_multiple(), multiple) << name;
   }
   const std::vector<std::string> texts = {"game", "Python bindings for the GNU scientific library",
                                           "tools for the command line and a library"};
@@ -309,6 +314,39 @@ TEST_F(ServerTest, PaddedBatchesServeTheSameEmbeddings) {
     ASSERT_EQ(padded.embeddings(r).values_size(), plain.embeddings(r).values_size());
     for (int i = 0; i < plain.embeddings(r).values_size(); ++i) {
       EXPECT_NEAR(padded.embeddings(r).values(i), plain.embeddings(r).values(i), 1e-5) << "row " << r << " value " << i;
+    }
+  }
+}
+
+TEST_F(ServerTest, ConcurrentCallsWithDifferentStepsEachGetTheirOwnResult) {
+  // Continuous batching (on for encoders, off for translation): calls arriving while a batch
+  // runs join it at a step boundary; each still gets exactly what it gets alone.
+  EXPECT_TRUE(Describe("tiny-albert").continuous_batching());
+  EXPECT_FALSE(Describe("tiny-translator").continuous_batching());
+  const std::vector<std::string> texts = {"game", "Python bindings for the GNU scientific library",
+                                          "tools for the command line and a library", "xml"};
+  auto request_for = [&](int call) {
+    EmbedRequest request = EmbedOf("tiny-albert", {texts[call % texts.size()]});
+    request.mutable_compute()->set_steps(call % 3 == 0 ? 2 * kTrainedDepth : 1 + call % 3);
+    request.mutable_compute()->set_solver(v1::EULER);
+    return request;
+  };
+  constexpr int kCalls = 24;
+  std::vector<EmbedResponse> alone(kCalls), together(kCalls);
+  for (int call = 0; call < kCalls; ++call) ASSERT_TRUE(Embed(request_for(call), &alone[call]).ok());
+  std::vector<grpc::Status> statuses(kCalls);
+  std::vector<std::thread> threads;
+  for (int call = 0; call < kCalls; ++call) {
+    threads.emplace_back([&, call] { statuses[call] = Embed(request_for(call), &together[call]); });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int call = 0; call < kCalls; ++call) {
+    ASSERT_TRUE(statuses[call].ok()) << statuses[call].error_message();
+    ASSERT_EQ(together[call].embeddings_size(), 1);
+    EXPECT_EQ(together[call].report().steps(), request_for(call).compute().steps());
+    for (int i = 0; i < alone[call].embeddings(0).values_size(); ++i) {
+      EXPECT_NEAR(together[call].embeddings(0).values(i), alone[call].embeddings(0).values(i), 1e-5)
+          << "call " << call << " value " << i;
     }
   }
 }

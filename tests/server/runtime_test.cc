@@ -13,6 +13,7 @@
 #include <numeric>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -22,6 +23,7 @@
 
 #include "server/repository/model_config.h"
 #include "server/runtime/solvers.h"
+#include "server/runtime/threading.h"
 #include "server/runtime/torch_executor.h"
 #include "server/runtime/translation_executor.h"
 #include "server/runtime/torch_model.h"
@@ -135,31 +137,35 @@ struct RunResult {
   std::vector<int> done_calls;
 };
 
+// `join` may add rows at step boundaries: `total_rows` counts them with the batch's.
 RunResult RunBatch(TorchExecutor& executor, const ExecBatch& batch,
-                   const scheduler::RowAbandonedFn& abandoned = [](size_t) { return false; }) {
+                   const scheduler::RowAbandonedFn& abandoned = [](size_t) { return false; },
+                   const scheduler::RowJoinFn& join = nullptr, size_t total_rows = 0) {
   RunResult result;
-  result.outputs.resize(batch.rows.size());
-  result.done_calls.assign(batch.rows.size(), 0);
+  result.outputs.resize(std::max(batch.rows.size(), total_rows));
+  result.done_calls.assign(result.outputs.size(), 0);
   result.stats = executor.Run(
       batch,
       [&](size_t row, const scheduler::RowOutput& output) {
         result.outputs.at(row).assign(output.values.begin(), output.values.end());
         ++result.done_calls.at(row);
       },
-      abandoned);
+      abandoned, join);
   return result;
 }
 
 // The executor's token-evaluation count, computed independently: every iteration costs
-// (active rows) x (longest active row) x (evaluations per step).
+// (active rows) x (longest active row) x (evaluations per step). Row r runs the iterations
+// after `joined_after[r]` (0 when empty: from the start) up to `leave_after[r]`.
 int64_t ExpectedTokenEvaluations(const std::vector<int>& lengths, const std::vector<int>& leave_after,
-                                 int evaluations, int pad_to_multiple = 1, int max_length = 0) {
+                                 int evaluations, int pad_to_multiple = 1, int max_length = 0,
+                                 const std::vector<int>& joined_after = {}) {
   int64_t total = 0;
   const int iterations = *std::max_element(leave_after.begin(), leave_after.end());
   for (int it = 1; it <= iterations; ++it) {
     int active = 0, longest = 0;
     for (size_t r = 0; r < lengths.size(); ++r) {
-      if (leave_after[r] >= it) {
+      if (leave_after[r] >= it && (joined_after.empty() || joined_after[r] < it)) {
         ++active;
         longest = std::max(longest, lengths[r]);
       }
@@ -177,6 +183,13 @@ class EveryTinyModel : public ::testing::TestWithParam<std::string> {
     tiny_ = LoadTiny(GetParam());
     ASSERT_NE(tiny_, nullptr);
     ASSERT_EQ(tiny_->depth, tiny_->config.trained_depth());
+  }
+  // The model's layout with batches padded to multiples of `multiple`, within its positions.
+  InputLayout PaddedLayout(int multiple) const {
+    InputLayout layout = tiny_->layout;
+    layout.pad_to_multiple = multiple;
+    layout.max_length = tiny_->config.max_sequence_length();
+    return layout;
   }
   std::unique_ptr<TinyModel> tiny_;
 };
@@ -298,9 +311,7 @@ TEST_P(EveryTinyModel, PaddedBatchesMatchUnpaddedRows) {
   // batching.pad_to_multiple: every batch (and every re-trimmed one) runs at a multiple of the
   // padding, capped at the model's length limit, and padding changes no row's output.
   constexpr int kMultiple = 8;
-  InputLayout padded_layout = tiny_->layout;
-  padded_layout.pad_to_multiple = kMultiple;
-  padded_layout.max_length = tiny_->config.max_sequence_length();
+  const InputLayout padded_layout = PaddedLayout(kMultiple);
   TorchExecutor padded(tiny_->model, padded_layout);
   TorchExecutor unpadded(tiny_->model, tiny_->layout);
   const int L = tiny_->depth;
@@ -329,6 +340,70 @@ TEST_P(EveryTinyModel, PaddedBatchesMatchUnpaddedRows) {
     ASSERT_TRUE(alone.stats.ok());
     EXPECT_EQ(together.done_calls[r], 1);
     EXPECT_LE(MaxAbsDiff(together.outputs[r], alone.outputs[0]), Tolerance(alone.outputs[0])) << "row " << r;
+  }
+}
+
+TEST_P(EveryTinyModel, RowsJoiningARunningBatchMatchRunningAlone) {
+  // Continuous batching: rows join at step boundaries, one longer than every running row (the
+  // state is zero-padded to it) and one shorter, and each still computes exactly what it
+  // computes alone; padded_tokens counts every input stage and token_evaluations every step.
+  constexpr int kMultiple = 4;
+  const InputLayout layout = PaddedLayout(kMultiple);
+  TorchExecutor executor(tiny_->model, layout);
+  const int L = tiny_->depth;
+  const scheduler::Solver solver = scheduler::Solver::kHeun;
+  // Texts by length: the two shortest start, the longest joins after step 1, the rest after 2.
+  std::vector<size_t> order(tiny_->rows.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tiny_->rows[a].ids.size() < tiny_->rows[b].ids.size(); });
+  const std::vector<int> steps = {L, 2 * L, 3, 1, L + 1, 2};  // by position in the run
+  std::vector<ExecRow> rows;
+  for (size_t k = 0; k < order.size(); ++k) rows.push_back({&tiny_->rows[order[k]], steps[k], {}});
+  // Run positions 0, 1 start; 5 (the longest) joins after step 1; 2, 3, 4 after step 2.
+  const std::vector<size_t> run_order = {0, 1, 5, 2, 3, 4};
+  const std::vector<int> joined_after = {0, 0, 1, 2, 2, 2};
+  ASSERT_GT(scheduler::PaddedLength(rows[5].input->ids.size(), kMultiple, layout.max_length),
+            scheduler::PaddedLength(rows[1].input->ids.size(), kMultiple, layout.max_length))
+      << "the joining row must be longer than the running batch for this test to mean anything";
+  ExecBatch batch{solver, {rows[0], rows[1]}};
+  std::vector<scheduler::JoinRoom> rooms;
+  auto join = [&](const scheduler::JoinRoom& room) {
+    rooms.push_back(room);
+    std::vector<ExecRow> joining;
+    if (room.iteration == 1) joining.push_back(rows[5]);
+    if (room.iteration == 2) joining = {rows[2], rows[3], rows[4]};
+    return joining;
+  };
+  RunResult together = RunBatch(executor, batch, [](size_t) { return false; }, join, rows.size());
+  ASSERT_TRUE(together.stats.ok()) << together.stats.status();
+  ASSERT_GE(rooms.size(), 2u);
+  EXPECT_EQ(rooms[0].rows, 2);
+  EXPECT_EQ(rooms[1].rows, 3);
+  EXPECT_EQ(rooms[1].padded_length, scheduler::PaddedLength(rows[5].input->ids.size(), kMultiple, layout.max_length));
+
+  std::vector<int> lengths, leave_after;
+  int64_t want_padded_tokens = 2 * scheduler::PaddedLength(rows[1].input->ids.size(), kMultiple, layout.max_length);
+  for (size_t i = 0; i < run_order.size(); ++i) {
+    const ExecRow& row = rows[run_order[i]];
+    lengths.push_back(static_cast<int>(row.input->ids.size()));
+    leave_after.push_back(joined_after[i] + row.steps);
+  }
+  want_padded_tokens += scheduler::PaddedLength(lengths[2], kMultiple, layout.max_length);
+  want_padded_tokens += 3 * scheduler::PaddedLength(std::max({lengths[3], lengths[4], lengths[5]}), kMultiple,
+                                                    layout.max_length);
+  EXPECT_EQ(together.stats->padded_tokens, want_padded_tokens);
+  EXPECT_EQ(together.stats->token_evaluations,
+            ExpectedTokenEvaluations(lengths, leave_after, scheduler::EvaluationsPerStep(solver), kMultiple,
+                                     layout.max_length, joined_after));
+  EXPECT_EQ(together.stats->iterations, *std::max_element(leave_after.begin(), leave_after.end()));
+  TorchExecutor unpadded(tiny_->model, tiny_->layout);
+  for (size_t i = 0; i < run_order.size(); ++i) {
+    const ExecRow& row = rows[run_order[i]];
+    RunResult alone = RunBatch(unpadded, ExecBatch{solver, {row}});
+    ASSERT_TRUE(alone.stats.ok());
+    EXPECT_EQ(together.done_calls[i], 1) << "run row " << i;
+    EXPECT_LE(MaxAbsDiff(together.outputs[i], alone.outputs[0]), Tolerance(alone.outputs[0]))
+        << "run row " << i << " joined after step " << joined_after[i];
   }
 }
 
@@ -475,7 +550,7 @@ Translated Translate(TorchExecutor& executor, const ExecBatch& batch,
         result.scores.at(row) = output.score;
         ++result.done_calls.at(row);
       },
-      abandoned);
+      abandoned, nullptr);
   return result;
 }
 
@@ -689,6 +764,32 @@ TEST(Solvers, ConvergenceOrdersOnATanhField) {
   EXPECT_NEAR(ObservedOrder(scheduler::Solver::kEuler, field, h0, reference, 32), 1.0, 0.3);
   EXPECT_NEAR(ObservedOrder(scheduler::Solver::kHeun, field, h0, reference, 16), 2.0, 0.3);
   EXPECT_NEAR(ObservedOrder(scheduler::Solver::kRk4, field, h0, reference, 8), 4.0, 0.3);
+}
+
+TEST(Threading, SmallCallsRunOnOneThreadAndOnlyTheCallingThreadChanges) {
+  // ConfigureThreading is process-wide: this test restores the suite's single thread after.
+  const ThreadingReport report = ConfigureThreading(2, /*parallel_min_tokens=*/64);
+  EXPECT_EQ(report.parallel_min_tokens, 64);
+  EXPECT_THAT(report.summary(), HasSubstr("parallel_min_tokens=64"));
+  int small = 0, large = 0, restored = 0;
+  std::thread batcher([&] {
+    {
+      IntraOpThreadsScope scope;
+      SetIntraOpThreadsFor(63);
+      small = at::get_num_threads();
+      SetIntraOpThreadsFor(64);
+      large = at::get_num_threads();
+      SetIntraOpThreadsFor(1);
+    }
+    restored = at::get_num_threads();
+  });
+  batcher.join();
+  EXPECT_EQ(small, 1);
+  EXPECT_EQ(large, 2);
+  EXPECT_EQ(restored, 2) << "the scope restores the thread's count";
+  EXPECT_EQ(at::get_num_threads(), 2) << "another thread's count is its own";
+  ConfigureThreading(1, 0);
+  EXPECT_EQ(at::get_num_threads(), 1);
 }
 
 TEST(Solvers, EachRowUsesItsOwnStepSize) {

@@ -41,16 +41,23 @@ class FakeExecutor : public BatchExecutor {
     int length;
     int steps;
   };
+  struct JoinedRow {
+    int marker;
+    int length;
+    int steps;
+    int at_iteration;  // the step boundary it joined at
+  };
   struct RecordedBatch {
     Solver solver;
     std::vector<RecordedRow> rows;
-    std::vector<int> iterations;  // per row: iterations it took part in
+    std::vector<int> iterations;  // per row, joined rows after the batch's: iterations it ran
+    std::vector<JoinedRow> joined;
   };
 
   absl::StatusOr<ExecStats> Run(const ExecBatch& batch, const RowDoneFn& on_done,
-                                const RowAbandonedFn& abandoned) override {
+                                const RowAbandonedFn& abandoned, const RowJoinFn& join) override {
     const auto started = std::chrono::steady_clock::now();
-    RecordedBatch record{batch.solver, {}, {}};
+    RecordedBatch record{batch.solver, {}, {}, {}};
     for (const auto& row : batch.rows) {
       record.rows.push_back({static_cast<int>(row.input->ids[0]), static_cast<int>(row.input->ids.size()), row.steps});
     }
@@ -62,7 +69,8 @@ class FakeExecutor : public BatchExecutor {
       cv_.wait(lock, [&] { return !hold_; });
     }
     const size_t record_index = batches_.size() - 1;  // one Run at a time
-    std::vector<int> participation(batch.rows.size(), 0);
+    std::vector<ExecRow> rows = batch.rows;            // joined rows are appended
+    std::vector<int> participation(rows.size(), 0);
     if (concurrent_ != nullptr) {
       const int now = ++*concurrent_;
       int seen = max_concurrent_->load();
@@ -73,16 +81,16 @@ class FakeExecutor : public BatchExecutor {
     const int evaluations = EvaluationsPerStep(batch.solver);
     std::vector<size_t> active;
     int64_t longest = 0;
-    for (size_t i = 0; i < batch.rows.size(); ++i) {
+    for (size_t i = 0; i < rows.size(); ++i) {
       active.push_back(i);
-      longest = std::max<int64_t>(longest, batch.rows[i].input->ids.size());
+      longest = std::max<int64_t>(longest, rows[i].input->ids.size());
     }
-    stats.padded_tokens = longest * static_cast<int64_t>(batch.rows.size());
+    stats.padded_tokens = longest * static_cast<int64_t>(rows.size());
     int iteration = 0;
     while (!active.empty()) {
       if (per_iteration_ > std::chrono::microseconds(0)) std::this_thread::sleep_for(per_iteration_);
       int64_t active_longest = 0;
-      for (size_t i : active) active_longest = std::max<int64_t>(active_longest, batch.rows[i].input->ids.size());
+      for (size_t i : active) active_longest = std::max<int64_t>(active_longest, rows[i].input->ids.size());
       stats.token_evaluations += active_longest * static_cast<int64_t>(active.size()) * evaluations;
       ++iteration;
       for (size_t i : active) ++participation[i];
@@ -93,8 +101,8 @@ class FakeExecutor : public BatchExecutor {
       if (on_iteration_) on_iteration_(iteration);
       std::vector<size_t> kept;
       for (size_t i : active) {
-        const ExecRow& row = batch.rows[i];
-        if (row.steps <= iteration) {
+        const ExecRow& row = rows[i];
+        if (row.steps <= participation[i]) {  // its own steps: joined rows start later
           const float output[3] = {static_cast<float>(row.input->ids[0]), static_cast<float>(row.steps),
                                    static_cast<float>(row.input->ids.size())};
           RowOutput row_output;
@@ -105,15 +113,28 @@ class FakeExecutor : public BatchExecutor {
         }
       }
       active.swap(kept);
+      if (!accept_joins_ || !join || active.empty()) continue;
+      int64_t length = 0;
+      for (size_t i : active) length = std::max<int64_t>(length, rows[i].input->ids.size());
+      for (const ExecRow& row : join({static_cast<int>(active.size()), length, iteration})) {
+        active.push_back(rows.size());
+        rows.push_back(row);
+        participation.push_back(0);
+        stats.padded_tokens += static_cast<int64_t>(row.input->ids.size());
+        std::lock_guard<std::mutex> lock(mutex_);
+        batches_[record_index].joined.push_back(
+            {static_cast<int>(row.input->ids[0]), static_cast<int>(row.input->ids.size()), row.steps, iteration});
+      }
     }
     stats.iterations = iteration;
     if (concurrent_ != nullptr) --*concurrent_;
     stats.seconds = synthetic_seconds_
-                        ? synthetic_seconds_(static_cast<int64_t>(batch.rows.size()), stats.padded_tokens,
+                        ? synthetic_seconds_(static_cast<int64_t>(rows.size()), stats.padded_tokens,
                                              stats.token_evaluations)
                         : std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return stats;
   }
+  bool AcceptsJoins() const override { return accept_joins_; }
 
   void Hold() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -137,6 +158,7 @@ class FakeExecutor : public BatchExecutor {
   }
 
   std::chrono::microseconds per_iteration_{0};
+  bool accept_joins_ = false;  // continuous batching: calls `join` at each step boundary
   std::function<void(int)> on_iteration_;
   std::function<double(int64_t, int64_t, int64_t)> synthetic_seconds_;
   std::atomic<int>* concurrent_ = nullptr;      // runs in progress across executors
@@ -582,6 +604,138 @@ TEST(ModelScheduler, DifferentSolversDoNotShareABatch) {
   }
 }
 
+// ---- Continuous batching ---------------------------------------------------------------------
+
+std::vector<std::unique_ptr<WorkItem>> Items(std::unique_ptr<WorkItem> a, std::unique_ptr<WorkItem> b = nullptr) {
+  std::vector<std::unique_ptr<WorkItem>> items;
+  items.push_back(std::move(a));
+  if (b) items.push_back(std::move(b));
+  return items;
+}
+
+// A scheduler whose rows join running batches (the fake executor calls `join` at each step).
+struct Joining {
+  explicit Joining(SchedulerOptions options = Options(), bool continuous = true) {
+    executor->accept_joins_ = true;
+    options.continuous_batching = continuous;
+    scheduler = std::make_unique<ModelScheduler>(options, executor);
+  }
+  // Submits `items` from inside the running batch, as its step `iteration` completes (once).
+  void SubmitDuring(int iteration, std::vector<std::unique_ptr<WorkItem>> items) {
+    auto pending = std::make_shared<std::vector<std::unique_ptr<WorkItem>>>(std::move(items));
+    executor->on_iteration_ = [this, iteration, pending](int now) {
+      if (now != iteration || pending->empty()) return;
+      for (auto& item : *pending) EXPECT_TRUE(scheduler->Submit(std::move(item)).ok());
+      pending->clear();
+    };
+  }
+  // Runs a `steps`-step call (marker 1) and a one-step call (marker 2) submitted as its step
+  // `submit_at` completes, then checks the late call waited: it ran in a second batch.
+  void ExpectTheLateCallWaitsForTheBatch(int steps, int submit_at) {
+    Completion running, late;
+    SubmitDuring(submit_at, Items(Item({Row(2, 6)}, 1, late)));
+    ASSERT_TRUE(scheduler->Submit(Item({Row(1, 10)}, steps, running)).ok());
+    ASSERT_TRUE(late.Wait().ok());
+    ASSERT_TRUE(running.Wait().ok());
+    const auto batches = executor->batches();
+    ASSERT_EQ(batches.size(), 2u);
+    EXPECT_TRUE(batches[0].joined.empty());
+    EXPECT_EQ(batches[1].rows.at(0).marker, 2);
+  }
+  std::shared_ptr<FakeExecutor> executor = std::make_shared<FakeExecutor>();
+  std::unique_ptr<ModelScheduler> scheduler;
+};
+
+TEST(ContinuousBatching, AQueuedCallJoinsTheRunningBatchAtTheNextStep) {
+  Joining j;
+  Completion long_call, short_call;
+  j.SubmitDuring(2, Items(Item({Row(2, 6)}, 1, short_call)));
+  ASSERT_TRUE(j.scheduler->Submit(Item({Row(1, 10)}, 8, long_call)).ok());
+  const auto& quick = short_call.Wait();
+  ASSERT_TRUE(quick.ok()) << quick.status();
+  EXPECT_THAT(quick->outputs.at(0), ElementsAre(2.0f, 1.0f, 6.0f));
+  EXPECT_EQ(quick->batch_rows, 2) << "it joined a batch of one running row";
+  ASSERT_TRUE(long_call.Wait().ok());
+  const auto batches = j.executor->batches();
+  ASSERT_EQ(batches.size(), 1u) << "one run: the short call did not wait for the long one's last step";
+  ASSERT_EQ(batches[0].joined.size(), 1u);
+  EXPECT_EQ(batches[0].joined[0].marker, 2);
+  EXPECT_EQ(batches[0].joined[0].at_iteration, 2);
+  EXPECT_THAT(batches[0].iterations, ElementsAre(8, 1));
+  EXPECT_EQ(j.scheduler->queued_rows(), 0);
+}
+
+TEST(ContinuousBatching, WhenTurnedOffACallWaitsForTheRunningBatch) {
+  Joining j(Options(), /*continuous=*/false);
+  EXPECT_FALSE(j.scheduler->continuous_batching());
+  j.ExpectTheLateCallWaitsForTheBatch(/*steps=*/8, /*submit_at=*/2);
+}
+
+TEST(ContinuousBatching, RowsJoinOnlyWhenTheBatchLimitsLeaveRoom) {
+  SchedulerOptions options = Options();
+  options.max_batch_size = 2;
+  Joining j(options);
+  Completion plug, two_steps, six_steps, joiner;
+  Plug(*j.scheduler, *j.executor, plug);  // the next two calls queue and start together
+  ASSERT_TRUE(j.scheduler->Submit(Item({Row(1, 10)}, 2, two_steps)).ok());
+  ASSERT_TRUE(j.scheduler->Submit(Item({Row(2, 10)}, 6, six_steps)).ok());
+  // Submitted as step 1 of the second batch completes (the plug's one-step batch takes no
+  // joins: a batch whose rows are all done ends): it cannot join a batch of 2 until a row
+  // leaves, after step 2.
+  j.executor->on_iteration_ = [&, submitted = false](int iteration) mutable {
+    if (submitted || iteration != 1 || j.executor->batches().size() != 2) return;
+    submitted = true;
+    EXPECT_TRUE(j.scheduler->Submit(Item({Row(3, 4)}, 3, joiner)).ok());
+  };
+  j.executor->Release();
+  ASSERT_TRUE(plug.Wait().ok());
+  ASSERT_TRUE(joiner.Wait().ok());
+  ASSERT_TRUE(two_steps.Wait().ok());
+  ASSERT_TRUE(six_steps.Wait().ok());
+  const auto batches = j.executor->batches();
+  ASSERT_EQ(batches.size(), 2u);
+  ASSERT_EQ(batches[1].joined.size(), 1u);
+  EXPECT_EQ(batches[1].joined[0].marker, 3);
+  EXPECT_EQ(batches[1].joined[0].at_iteration, 2);
+  EXPECT_THAT(batches[1].iterations, ElementsAre(2, 6, 3)) << "the joined row runs its own 3 steps";
+}
+
+TEST(ContinuousBatching, ABatchWithOneStepLeftTakesNoJoins) {
+  // Waiting costs the queued call at most that step; a join would cost the running rows.
+  Joining j;
+  j.ExpectTheLateCallWaitsForTheBatch(/*steps=*/2, /*submit_at=*/1);
+}
+
+TEST(ContinuousBatching, ACallNeedingAnotherSolverClosesTheBatchToJoins) {
+  // FIFO holds: an Euler call queued behind a Heun call does not jump ahead by joining.
+  Joining j;
+  Completion running, heun, euler;
+  j.SubmitDuring(1, Items(Item({Row(2, 4)}, 1, heun, Solver::kHeun), Item({Row(3, 4)}, 1, euler)));
+  ASSERT_TRUE(j.scheduler->Submit(Item({Row(1, 10)}, 6, running)).ok());
+  ASSERT_TRUE(running.Wait().ok());
+  ASSERT_TRUE(heun.Wait().ok());
+  ASSERT_TRUE(euler.Wait().ok());
+  const auto batches = j.executor->batches();
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_TRUE(batches[0].joined.empty());
+  EXPECT_EQ(batches[1].solver, Solver::kHeun);
+  EXPECT_EQ(batches[2].rows.at(0).marker, 3);
+}
+
+TEST(ContinuousBatching, ACancelledQueuedCallIsDroppedAtTheStepBoundary) {
+  Joining j;
+  Completion running, cancelled;
+  auto item = Item({Row(2, 4)}, 1, cancelled);
+  item->cancelled = [] { return true; };
+  j.SubmitDuring(1, Items(std::move(item)));
+  ASSERT_TRUE(j.scheduler->Submit(Item({Row(1, 10)}, 4, running)).ok());
+  EXPECT_EQ(cancelled.Wait().status().code(), absl::StatusCode::kCancelled);
+  ASSERT_TRUE(running.Wait().ok());
+  const auto batches = j.executor->batches();
+  ASSERT_EQ(batches.size(), 1u);
+  EXPECT_TRUE(batches[0].joined.empty());
+}
+
 TEST(ModelScheduler, StopDrainsQueuedWorkThenRefuses) {
   auto executor = std::make_shared<FakeExecutor>();
   SchedulerOptions options = Options();
@@ -611,7 +765,8 @@ TEST(ModelScheduler, StopDrainsQueuedWorkThenRefuses) {
 TEST(ModelScheduler, ExecutorErrorReachesEveryItemOfTheBatch) {
   class FailingExecutor : public BatchExecutor {
    public:
-    absl::StatusOr<ExecStats> Run(const ExecBatch&, const RowDoneFn&, const RowAbandonedFn&) override {
+    absl::StatusOr<ExecStats> Run(const ExecBatch&, const RowDoneFn&, const RowAbandonedFn&,
+                                  const RowJoinFn&) override {
       return absl::InternalError("model execution failed: boom");
     }
   };
@@ -651,10 +806,16 @@ class Planning : public ::testing::Test {
     executor_->synthetic_seconds_ = SyntheticSeconds;
     options_ = Options();
     options_.candidates = Candidates();
-    scheduler_ = std::make_unique<ModelScheduler>(options_, executor_);
     for (int length : {5, 10, 20}) {
       for (int i = 0; i < 4; ++i) rows_.push_back(Row(100 + i, length));
     }
+    scheduler_ = Calibrated(options_, executor_);
+  }
+
+  // A scheduler whose cost model has been calibrated on the synthetic machine (27 runs).
+  std::unique_ptr<ModelScheduler> Calibrated(const SchedulerOptions& options,
+                                             std::shared_ptr<FakeExecutor> executor) {
+    auto scheduler = std::make_unique<ModelScheduler>(options, executor);
     std::vector<ExecBatch> batches;
     for (int r = 0; r < 3; ++r) {
       for (int rows : {1, 2, 4}) {
@@ -666,7 +827,8 @@ class Planning : public ::testing::Test {
         }
       }
     }
-    ASSERT_TRUE(scheduler_->Calibrate({}, batches).ok());
+    EXPECT_TRUE(scheduler->Calibrate({}, batches).ok());
+    return scheduler;
   }
 
   // One 10-token row: compute = 1 ms + 1 ms per field evaluation; queue = max_queue_delay 1 ms.
@@ -817,7 +979,7 @@ TEST_F(Planning, QueuedWorkMakesTheChoiceCheaper) {
   Completion plug, queued;
   Plug(*scheduler_, *executor_, plug);
   ASSERT_TRUE(scheduler_->Submit(Item({Row(5, 10)}, 8, queued)).ok());
-  const absl::Duration queue = scheduler_->EstimateQueueDelay();
+  const absl::Duration queue = scheduler_->ForecastQueue(Budgeted(absl::Microseconds(12500)), Solver::kEuler).wait;
   EXPECT_GT(queue, absl::Milliseconds(9));  // 1 + 8 ms of queued work + 1 ms delay
   auto behind = scheduler_->MakePlan(Budgeted(absl::Microseconds(12500)));
   ASSERT_TRUE(behind.ok());
@@ -825,6 +987,39 @@ TEST_F(Planning, QueuedWorkMakesTheChoiceCheaper) {
   EXPECT_GE(behind->predicted_queue, queue - absl::Milliseconds(1));
   executor_->Release();
   ASSERT_TRUE(queued.Wait().ok());
+}
+
+TEST_F(Planning, ARunningBatchWithItsSolverIsJoinedAfterOneStep) {
+  auto executor = std::make_shared<FakeExecutor>();
+  executor->synthetic_seconds_ = SyntheticSeconds;
+  executor->accept_joins_ = true;
+  SchedulerOptions options = options_;
+  options.continuous_batching = true;
+  auto scheduler = Calibrated(options, executor);
+  ASSERT_TRUE(scheduler->continuous_batching());
+  // A running 8-step Euler batch of one 10-token row: predicted 1 + 8 x 1 = 9 ms, 1.125 ms a step.
+  Completion running;
+  executor->Hold();
+  ASSERT_TRUE(scheduler->Submit(Item({Row(900, 10)}, 8, running)).ok());
+  ASSERT_TRUE(executor->WaitRunsStarted(28));  // 27 calibration runs, then this one
+  const QueueForecast euler = scheduler->ForecastQueue(Budgeted(absl::Milliseconds(6)), Solver::kEuler);
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(euler.wait), 1.125, 0.01);
+  EXPECT_EQ(euler.shared_padded_tokens, 10);
+  // Heun rows cannot join it: they wait for its end and the queue delay.
+  const QueueForecast heun = scheduler->ForecastQueue(Budgeted(absl::Milliseconds(6)), Solver::kHeun);
+  EXPECT_GT(heun.wait, absl::Milliseconds(5));
+  EXPECT_EQ(heun.shared_padded_tokens, 0);
+  // 6 ms buys one Euler step beside the running row: 1.125 ms to the boundary, then 1 ms per
+  // batch + 1 ms for its own evaluation + 1 ms for the running row's.
+  auto plan = scheduler->MakePlan(Budgeted(absl::Milliseconds(6)));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->choice, StepChoiceKind::kBudget);
+  EXPECT_EQ(plan->solver, Solver::kEuler);
+  EXPECT_EQ(plan->steps, 1);
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(plan->predicted_queue), 1.125, 0.01);
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(plan->predicted_total), 4.125, 0.05);
+  executor->Release();
+  ASSERT_TRUE(running.Wait().ok());
 }
 
 TEST_F(Planning, SolversNotAllowedByTheModelAreNeverChosen) {
@@ -859,7 +1054,8 @@ TEST_F(Planning, WithoutAProfileQualityGrowsWithSteps) {
 // decoder call and 0.1 ms per hypothesis row of a call; decoding runs max_output_tokens.
 class FakeDecoderExecutor : public BatchExecutor {
  public:
-  absl::StatusOr<ExecStats> Run(const ExecBatch& batch, const RowDoneFn& on_done, const RowAbandonedFn&) override {
+  absl::StatusOr<ExecStats> Run(const ExecBatch& batch, const RowDoneFn& on_done, const RowAbandonedFn&,
+                                const RowJoinFn&) override {
     ExecStats stats;
     int64_t longest = 0;
     int steps = 0;

@@ -1,0 +1,81 @@
+#!/usr/bin/python3
+"""Runs one odeserve-bench load against server variants, one after another, and prints a line
+per variant: for tuning flags and batching settings on a given machine.
+
+A variant is a name plus odeserve flags and/or edits of --model's config.pbtxt (applied to a
+copy of the repository). Every variant sees the same load and arrivals (same seed).
+
+  compare_servers.py --variants '[{"name": "all-threads", "flags": ["--parallel_min_tokens", "0"]},
+                                  {"name": "default"}]' --concurrency 1 --steps 8
+  compare_servers.py --variants '[{"name": "joins"},
+                                  {"name": "no-joins", "config": ["continuous_batching: false"]}]'
+                     --rate 240 --budgets 9ms,18ms,36ms,72ms
+
+"config" lines are added at the top of the config's `batching { }` block. Reports (JSON + SVG)
+land in --out; the printed lines are also written to --out/summary.txt.
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import budget_benchmarks as bb  # noqa: E402  (Server, Bench, repository_copy)
+
+
+def describe(name, report):
+    overall = report["overall"]
+    line = "%s: %.1f req/s, p50 %.2f ms, p99 %.2f ms" % (
+        name, report["throughput_rps"], overall["latency_ms"]["p50"], overall["latency_ms"]["p99"])
+    if "client_hit_rate" in overall and report.get("classes"):
+        line += ", within budget %.2f%%" % (100 * overall["client_hit_rate"])
+        for c in report["classes"]:
+            line += " | %s: %.2f%%, %.2f steps, p99 %.1f ms, server queue %.1f + compute %.1f ms" % (
+                c["label"], 100 * c["client_hit_rate"], c["steps"]["mean"], c["latency_ms"]["p99"],
+                c["server_ms"]["queue_mean"], c["server_ms"]["compute_mean"])
+    if overall.get("errors"):
+        line += " | errors " + json.dumps(overall["errors"])
+    return line
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    bb.add_common_arguments(ap)
+    ap.add_argument("--variants", required=True, help="JSON list of {name, flags?, config?}")
+    ap.add_argument("--rate", type=float, default=0, help="open loop at this rate (else closed loop)")
+    ap.add_argument("--concurrency", type=int, default=1, help="closed loop: calls in flight")
+    ap.add_argument("--budgets", default="", help="budget mix, e.g. 9ms,18ms")
+    ap.add_argument("--steps", type=int, default=0, help="request this many steps (0: the server chooses)")
+    ap.add_argument("--duration", default="10s")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per variant (same server)")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    bench = bb.Bench(args, args.out)
+    load = ["--rate", "%.2f" % args.rate] if args.rate > 0 else ["--concurrency", str(args.concurrency)]
+    load += ["--duration", args.duration, "--warmup", "3s"]
+    if args.budgets:
+        load += ["--budgets", args.budgets]
+    if args.steps:
+        load += ["--steps", str(args.steps)]
+    lines = []
+    for variant in json.loads(args.variants):
+        name = variant["name"]
+        repo = args.repository
+        if variant.get("config"):
+            added = "".join("\n  " + line for line in variant["config"])
+            repo = bb.repository_copy(args.repository, args.out, "repo-" + name, args.model,
+                                      lambda text: text.replace("batching {", "batching {" + added, 1))
+        bb.Server.flags = variant.get("flags", [])
+        server = bb.Server(os.path.join(args.build, "server", "odeserve"), repo, args.out, name)
+        for run in range(args.repeat):
+            label = name if args.repeat == 1 else "%s#%d" % (name, run + 1)
+            lines.append(describe(label, bench.run(label, server, load)))
+            print(lines[-1], flush=True)
+        server.stop()
+    with open(os.path.join(args.out, "summary.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
