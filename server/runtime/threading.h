@@ -42,8 +42,10 @@ ThreadingReport ConfigureThreading(int intra_op_threads, int parallel_min_tokens
 
 /// Sets the calling thread's intra-op threads for a model call over `tokens` padded tokens, as
 /// ConfigureThreading decided (no effect before it is called). OpenMP keeps the count per
-/// calling thread, so other models' batcher threads are unaffected; every shape always runs on
-/// the same count, so oneDNN compiles each shape's kernels once.
+/// calling thread, so other models' batcher threads are unaffected. Each call's count follows
+/// from its own padded shape, so oneDNN (whose kernel cache keys on the thread count) compiles
+/// a call shape's kernels once; operators inside a call whose shapes lack the token dimension
+/// (pooled outputs) may meet both counts, and the shape warm-up at load runs both.
 void SetIntraOpThreadsFor(int64_t tokens);
 
 /// Restores the calling thread's intra-op thread count when it goes out of scope.

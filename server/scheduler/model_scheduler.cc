@@ -138,11 +138,25 @@ absl::Duration ModelScheduler::PredictCompute(const PlanRequest& request, int st
   return absl::Seconds(cost_model_.Predict(work));
 }
 
+bool ModelScheduler::JoinsNextBoundaryLocked(Solver solver) const {
+  // The same rules the join callback applies at that boundary, one step from now.
+  const int next_iteration = running_.iteration + 1;
+  if (!running_.joinable || running_.solver != solver || running_.steps_left - 1 < kMinStepsLeftToJoin ||
+      next_iteration >= kJoinWindowStepsFactor * options_.max_steps ||
+      (options_.gate && options_.gate->HasWaiters())) {
+    return false;
+  }
+  // A queued call that needs another solver closes the batch before a later call could join.
+  for (const auto& entry : queue_) {
+    if (!entry->completed && entry->item->solver != running_.solver) return false;
+  }
+  return true;
+}
+
 QueueForecast ModelScheduler::ForecastQueue(const PlanRequest& request, Solver solver) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const absl::Time now = absl::Now();
-  // At the next boundary the batch has one step fewer left.
-  if (running_.joinable && running_.solver == solver && running_.steps_left - 1 >= kMinStepsLeftToJoin) {
+  if (JoinsNextBoundaryLocked(solver)) {
     // Joins at the next step boundary if it fits beside the running rows and the rows queued
     // ahead of it (all of which join there too).
     const int64_t rows = running_.rows + queued_.rows + request.rows;
@@ -418,7 +432,9 @@ void ModelScheduler::BatcherLoop() {
         }
       }
       // Until its first step is measured, a step is predicted as an even share of the batch.
-      running_ = {joins_enabled_, batch.front().entry->item->solver, rows, Padded(longest), steps,
+      // Joinable once the batch holds the compute gate (RunBatch): until then, a call waits for
+      // the gate like the batch does.
+      running_ = {false, batch.front().entry->item->solver, rows, Padded(longest), steps, 0,
                   absl::Seconds(predicted / steps)};
     }
     lock.unlock();
@@ -522,6 +538,7 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
       std::lock_guard<std::mutex> lock(mutex_);
       running_.rows = room.rows;
       running_.padded_length = room.padded_length;
+      running_.iteration = room.iteration;
       running_.step = now - last_boundary;
       running_.steps_left = max_end_iteration - room.iteration;
       if (room.iteration >= join_window || running_.steps_left < kMinStepsLeftToJoin ||
@@ -535,6 +552,10 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
       for (const auto& slice : joining) {
         joined_rows += static_cast<int>(slice.end - slice.begin);
         max_end_iteration = std::max(max_end_iteration, room.iteration + slice.entry->item->steps);
+        for (size_t r = slice.begin; r < slice.end; ++r) {
+          running_.padded_length = std::max(
+              running_.padded_length, Padded(static_cast<int64_t>(slice.entry->item->rows[r].ids.size())));
+        }
       }
       running_.rows += joined_rows;
       running_.steps_left = max_end_iteration - room.iteration;
@@ -543,9 +564,9 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
     }
     last_boundary = now;
     FailDropped(dropped);
+    if (options_.observer && !(joining.empty() && dropped.empty())) options_.observer->OnQueueDepth(depth);
     std::vector<ExecRow> rows;
     if (joining.empty()) return rows;
-    if (options_.observer) options_.observer->OnQueueDepth(depth);
     int batch_rows = room.rows;
     for (const auto& slice : joining) batch_rows += static_cast<int>(slice.end - slice.begin);
     for (auto& slice : joining) add_rows(slice, room.iteration, batch_rows, now, rows);
@@ -594,6 +615,10 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
 
   if (options_.gate) options_.gate->Acquire();
   last_boundary = absl::Now();
+  if (joins_enabled_) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_.joinable = true;
+  }
   absl::StatusOr<ExecStats> stats = executor_->Run(exec, on_done, abandoned, joins_enabled_ ? join : RowJoinFn());
   if (options_.gate) options_.gate->Release();
 

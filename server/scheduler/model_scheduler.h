@@ -225,6 +225,9 @@ class ModelScheduler {
   /// entry needs another solver, closes the running batch to joins (it must not wait behind
   /// later arrivals).
   std::vector<Slice> TakeBatchLocked(const BatchRoom& room, std::vector<std::shared_ptr<Entry>>& dropped);
+  /// Whether a call with `solver` queued now would join the running batch at its next step
+  /// boundary (room aside): the join callback's rules, applied one step ahead.
+  bool JoinsNextBoundaryLocked(Solver solver) const;
   /// Completes entries dropped from the queue (cancelled or past their deadline).
   void FailDropped(const std::vector<std::shared_ptr<Entry>>& dropped);
   /// The cost model's prediction for a batch of these slices (the longest row pads all).
@@ -260,6 +263,7 @@ class ModelScheduler {
     int rows = 0;
     int64_t padded_length = 0;
     int steps_left = 0;        // until its last row finishes
+    int iteration = 0;         // steps run so far
     absl::Duration step;       // its last step's wall time: the wait for the next boundary
   } running_;
   std::deque<double> latency_ratios_;                 // measured / predicted, recent calls

@@ -19,6 +19,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <ATen/autocast_mode.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/torch.h>
 
 #include "server/repository/model_config.h"
@@ -767,7 +768,9 @@ TEST(Solvers, ConvergenceOrdersOnATanhField) {
 }
 
 TEST(Threading, SmallCallsRunOnOneThreadAndOnlyTheCallingThreadChanges) {
-  // ConfigureThreading is process-wide: this test restores the suite's single thread after.
+  // ConfigureThreading is process-wide: this test restores the suite's single thread and the
+  // graph executor setting after.
+  const bool optimize = torch::jit::getGraphExecutorOptimize();
   const ThreadingReport report = ConfigureThreading(2, /*parallel_min_tokens=*/64);
   EXPECT_EQ(report.parallel_min_tokens, 64);
   EXPECT_THAT(report.summary(), HasSubstr("parallel_min_tokens=64"));
@@ -789,6 +792,7 @@ TEST(Threading, SmallCallsRunOnOneThreadAndOnlyTheCallingThreadChanges) {
   EXPECT_EQ(restored, 2) << "the scope restores the thread's count";
   EXPECT_EQ(at::get_num_threads(), 2) << "another thread's count is its own";
   ConfigureThreading(1, 0);
+  torch::jit::setGraphExecutorOptimize(optimize);
   EXPECT_EQ(at::get_num_threads(), 1);
 }
 

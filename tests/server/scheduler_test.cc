@@ -727,10 +727,16 @@ TEST(ContinuousBatching, ACancelledQueuedCallIsDroppedAtTheStepBoundary) {
   Completion running, cancelled;
   auto item = Item({Row(2, 4)}, 1, cancelled);
   item->cancelled = [] { return true; };
-  j.SubmitDuring(1, Items(std::move(item)));
+  auto pending = std::make_shared<std::unique_ptr<WorkItem>>(std::move(item));
+  bool done_by_step_2 = false;
+  j.executor->on_iteration_ = [&, pending](int iteration) {
+    if (iteration == 1) EXPECT_TRUE(j.scheduler->Submit(std::move(*pending)).ok());
+    if (iteration == 2) done_by_step_2 = cancelled.called();  // dropped at boundary 1, mid-batch
+  };
   ASSERT_TRUE(j.scheduler->Submit(Item({Row(1, 10)}, 4, running)).ok());
   EXPECT_EQ(cancelled.Wait().status().code(), absl::StatusCode::kCancelled);
   ASSERT_TRUE(running.Wait().ok());
+  EXPECT_TRUE(done_by_step_2);
   const auto batches = j.executor->batches();
   ASSERT_EQ(batches.size(), 1u);
   EXPECT_TRUE(batches[0].joined.empty());
@@ -829,6 +835,14 @@ class Planning : public ::testing::Test {
     }
     EXPECT_TRUE(scheduler->Calibrate({}, batches).ok());
     return scheduler;
+  }
+  // The same, with continuous batching on `executor` (which gets the synthetic costs).
+  std::unique_ptr<ModelScheduler> CalibratedJoining(const std::shared_ptr<FakeExecutor>& executor,
+                                                    SchedulerOptions options) {
+    executor->synthetic_seconds_ = SyntheticSeconds;
+    executor->accept_joins_ = true;
+    options.continuous_batching = true;
+    return Calibrated(options, executor);
   }
 
   // One 10-token row: compute = 1 ms + 1 ms per field evaluation; queue = max_queue_delay 1 ms.
@@ -991,11 +1005,7 @@ TEST_F(Planning, QueuedWorkMakesTheChoiceCheaper) {
 
 TEST_F(Planning, ARunningBatchWithItsSolverIsJoinedAfterOneStep) {
   auto executor = std::make_shared<FakeExecutor>();
-  executor->synthetic_seconds_ = SyntheticSeconds;
-  executor->accept_joins_ = true;
-  SchedulerOptions options = options_;
-  options.continuous_batching = true;
-  auto scheduler = Calibrated(options, executor);
+  auto scheduler = CalibratedJoining(executor, options_);
   ASSERT_TRUE(scheduler->continuous_batching());
   // A running 8-step Euler batch of one 10-token row: predicted 1 + 8 x 1 = 9 ms, 1.125 ms a step.
   Completion running;
@@ -1020,6 +1030,33 @@ TEST_F(Planning, ARunningBatchWithItsSolverIsJoinedAfterOneStep) {
   EXPECT_NEAR(absl::ToDoubleMilliseconds(plan->predicted_total), 4.125, 0.05);
   executor->Release();
   ASSERT_TRUE(running.Wait().ok());
+}
+
+TEST_F(Planning, NoJoinIsForecastWhileTheBatchWaitsForTheGateOrAnotherSolverIsQueued) {
+  auto executor = std::make_shared<FakeExecutor>();
+  SchedulerOptions options = options_;
+  options.gate = std::make_shared<ComputeGate>(1);
+  auto scheduler = CalibratedJoining(executor, options);
+  // Another model holds the only compute slot: the taken batch waits for it, and so would a
+  // call that means to join it.
+  options.gate->Acquire();
+  Completion running, heun;
+  ASSERT_TRUE(scheduler->Submit(Item({Row(900, 10)}, 8, running)).ok());
+  for (int i = 0; i < 500 && scheduler->queued_rows() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_EQ(scheduler->queued_rows(), 0) << "the batcher took the call";
+  EXPECT_EQ(scheduler->ForecastQueue(Budgeted(absl::Milliseconds(6)), Solver::kEuler).shared_padded_tokens, 0);
+  // Running (held inside the executor) it is joinable, until a Heun call queues behind it.
+  executor->Hold();
+  options.gate->Release();
+  ASSERT_TRUE(executor->WaitRunsStarted(28));
+  EXPECT_EQ(scheduler->ForecastQueue(Budgeted(absl::Milliseconds(6)), Solver::kEuler).shared_padded_tokens, 10);
+  ASSERT_TRUE(scheduler->Submit(Item({Row(901, 10)}, 1, heun, Solver::kHeun)).ok());
+  const QueueForecast euler = scheduler->ForecastQueue(Budgeted(absl::Milliseconds(6)), Solver::kEuler);
+  EXPECT_EQ(euler.shared_padded_tokens, 0);
+  EXPECT_GT(euler.wait, absl::Milliseconds(5)) << "the batch's end, then the Heun call's batch";
+  executor->Release();
+  ASSERT_TRUE(running.Wait().ok());
+  ASSERT_TRUE(heun.Wait().ok());
 }
 
 TEST_F(Planning, SolversNotAllowedByTheModelAreNeverChosen) {
