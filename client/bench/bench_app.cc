@@ -101,6 +101,9 @@ absl::Status Run(BenchOptions& o, std::ostream& out, std::ostream& err) {
   so.open_loop = c.rate > 0;
   so.start = so.open_loop ? c.rate : c.concurrency;
   if (so.factor <= 1) so.factor = so.open_loop ? 1.5 : 2;
+  if (so.patience < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--sweep_patience must be >= 1, got ", so.patience));
+  }
   if (!so.p99_limit_ms) {
     // With budgets, a p99 above the largest budget is degradation.
     for (const auto& b : c.budgets) {

@@ -180,7 +180,9 @@ def main():
 
     # 2. Saturation at full depth.
     sweep = bench.run("saturation-sweep", server, ["--sweep", "--steps", str(depth), "--sweep_step", "6s",
-                                                   "--sweep_max", "64", "--sweep_p99_limit_ms", "%.3f" % (40 * b1_ms)])
+                                                   "--sweep_max", "64", "--sweep_p99_limit_ms", "%.3f" % (40 * b1_ms),
+                                                   # one noisy level must not end the sweep early
+                                                   "--sweep_patience", "3"])
     sat = sweep["sweep"]["saturation_rps"] if "saturation_rps" in sweep.get("sweep", {}) else None
     if sat is None:
         sat = max(p["throughput_rps"] for p in sweep["sweep"]["points"])

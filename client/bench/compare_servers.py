@@ -11,16 +11,31 @@ copy of the repository). Every variant sees the same load and arrivals (same see
                                   {"name": "no-joins", "config": ["continuous_batching: false"]}]'
                      --rate 240 --budgets 9ms,18ms,36ms,72ms
 
-"config" lines are added at the top of the config's `batching { }` block. Reports (JSON + SVG)
-land in --out; the printed lines are also written to --out/summary.txt.
+"config" lines ("field: value") replace the config's first line setting that field, or else are
+added at the top of its `batching { }` block. Reports (JSON + SVG) land in --out; the printed
+lines are also written to --out/summary.txt.
 """
 import argparse
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import budget_benchmarks as bb  # noqa: E402  (Server, Bench, repository_copy)
+
+
+def edit_config(text, lines):
+    """`text` with each "field: value" line set: replacing the field's first line, else added to
+    the top of the batching block."""
+    for line in lines:
+        field = line.split(":", 1)[0].strip()
+        pattern = re.compile(r"^(\s*)%s\s*:.*$" % re.escape(field), re.MULTILINE)
+        if pattern.search(text):
+            text = pattern.sub(lambda m: m.group(1) + line, text, count=1)
+        else:
+            text = text.replace("batching {", "batching {\n  " + line, 1)
+    return text
 
 
 def describe(name, report):
@@ -63,9 +78,8 @@ def main():
         name = variant["name"]
         repo = args.repository
         if variant.get("config"):
-            added = "".join("\n  " + line for line in variant["config"])
             repo = bb.repository_copy(args.repository, args.out, "repo-" + name, args.model,
-                                      lambda text: text.replace("batching {", "batching {" + added, 1))
+                                      lambda text: edit_config(text, variant["config"]))
         bb.Server.flags = variant.get("flags", [])
         server = bb.Server(os.path.join(args.build, "server", "odeserve"), repo, args.out, name)
         for run in range(args.repeat):

@@ -43,6 +43,7 @@ ABSL_FLAG(absl::Duration, sweep_warmup, absl::Seconds(1), "sweep: warm-up per le
 ABSL_FLAG(double, sweep_max_error_rate, 0.01, "sweep: error rate that counts as degraded");
 ABSL_FLAG(std::optional<double>, sweep_p99_limit_ms, std::nullopt, "sweep: p99 (ms) that counts as degraded (default: the largest budget)");
 ABSL_FLAG(double, sweep_min_gain, 0.05, "sweep: throughput gain below this fraction is a plateau");
+ABSL_FLAG(int, sweep_patience, 2, "sweep: stop after this many plateau/degraded levels in a row");
 ABSL_FLAG(bool, progress, true, "print a progress line to stderr each second");
 
 int main(int argc, char** argv) {
@@ -84,6 +85,7 @@ int main(int argc, char** argv) {
   o.sweep_options.max_error_rate = absl::GetFlag(FLAGS_sweep_max_error_rate);
   o.sweep_options.p99_limit_ms = absl::GetFlag(FLAGS_sweep_p99_limit_ms);
   o.sweep_options.min_gain = absl::GetFlag(FLAGS_sweep_min_gain);
+  o.sweep_options.patience = absl::GetFlag(FLAGS_sweep_patience);
   o.sweep_step = absl::GetFlag(FLAGS_sweep_step);
   o.sweep_warmup = absl::GetFlag(FLAGS_sweep_warmup);
   o.progress = absl::GetFlag(FLAGS_progress);

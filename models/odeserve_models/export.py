@@ -23,7 +23,7 @@ def config_text(name: str, model: SharedEncoderBase, task: str, description: str
     default), max_output_tokens, source_language, target_language, expected_output_ratio,
     max_beam_size, optional length_penalty (beam ranking exponent). compute_precision: FLOAT32 or BFLOAT16 (the server's autocast option)."""
     assert compute_precision in ("FLOAT32", "BFLOAT16"), compute_precision
-    b = batching or dict(max_batch_size=32, max_batch_tokens=4096, max_queue_delay_us=2000,
+    b = batching or dict(max_batch_size=32, max_batch_tokens=4096, max_queue_delay_us=500,
                          max_queue_size=512)
     L = []
     L.append("name: %s" % _q(name))
