@@ -46,6 +46,7 @@ void ModelMetrics::OnQueueDepth(int queued_rows) { queue_depth_->Set(queued_rows
 void ModelMetrics::OnBatch(const scheduler::BatchObservation& batch) {
   batch_size_->Observe(batch.rows);
   batch_tokens_->Observe(static_cast<double>(batch.padded_tokens));
+  joined_rows_->Increment(batch.joined_rows);
   cost_error_->Observe(batch.relative_error);
 }
 
@@ -89,6 +90,9 @@ Metrics::Metrics(const BuildInfo& build)
                       .Help("Rows (inputs) per executed batch.").Register(*registry_)),
       batch_tokens_(prometheus::BuildHistogram().Name("odeserve_batch_tokens")
                         .Help("Padded tokens per executed batch.").Register(*registry_)),
+      joined_rows_(prometheus::BuildCounter().Name("odeserve_joined_rows_total")
+                       .Help("Rows (inputs) that joined a running batch at a step boundary.")
+                       .Register(*registry_)),
       queue_depth_(prometheus::BuildGauge().Name("odeserve_queue_depth")
                        .Help("Inputs waiting in the model's queue.").Register(*registry_)),
       in_flight_(prometheus::BuildGauge().Name("odeserve_requests_in_flight")
@@ -131,6 +135,7 @@ ModelMetrics* Metrics::AddModel(const std::string& model, const std::string& ver
   m.steps_ = &steps_.Add(labels, StepBuckets());
   m.batch_size_ = &batch_size_.Add(labels, BatchSizeBuckets());
   m.batch_tokens_ = &batch_tokens_.Add(labels, TokenBuckets());
+  m.joined_rows_ = &joined_rows_.Add(labels);
   m.cost_error_ = &cost_error_.Add(labels, ErrorBuckets());
   m.queue_depth_ = &queue_depth_.Add(labels);
   m.in_flight_ = &in_flight_.Add(labels);

@@ -43,6 +43,7 @@ class ModelMetrics : public scheduler::SchedulerObserver {
   prometheus::Histogram* steps_ = nullptr;
   prometheus::Histogram* batch_size_ = nullptr;
   prometheus::Histogram* batch_tokens_ = nullptr;
+  prometheus::Counter* joined_rows_ = nullptr;
   prometheus::Histogram* cost_error_ = nullptr;
   prometheus::Gauge* queue_depth_ = nullptr;
   prometheus::Gauge* in_flight_ = nullptr;
@@ -95,6 +96,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& budget_;
   prometheus::Family<prometheus::Histogram>& batch_size_;
   prometheus::Family<prometheus::Histogram>& batch_tokens_;
+  prometheus::Family<prometheus::Counter>& joined_rows_;
   prometheus::Family<prometheus::Gauge>& queue_depth_;
   prometheus::Family<prometheus::Gauge>& in_flight_;
   prometheus::Family<prometheus::Histogram>& cost_error_;

@@ -634,6 +634,7 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
   const CostSample sample = SampleOf(static_cast<int64_t>(owner.size()), *stats);  // joined rows too
   BatchObservation observation;
   observation.rows = static_cast<int>(owner.size());
+  observation.joined_rows = static_cast<int>(owner.size() - exec.rows.size());
   observation.padded_tokens = stats->padded_tokens;
   observation.seconds = stats->seconds;
   observation.predicted_seconds = cost_model_.Predict(sample.shape);

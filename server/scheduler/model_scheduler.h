@@ -54,7 +54,8 @@ class ComputeGate {
 };
 
 struct BatchObservation {
-  int rows = 0;
+  int rows = 0;                    // every row the run computed, joined ones included
+  int joined_rows = 0;             // rows that joined it at a step boundary
   int64_t padded_tokens = 0;
   double seconds = 0;
   double predicted_seconds = 0;

@@ -87,6 +87,7 @@ TEST(Metrics, RendersEveryFamily) {
       {"odeserve_budget_requests_total", "counter"},
       {"odeserve_batch_size", "histogram"},
       {"odeserve_batch_tokens", "histogram"},
+      {"odeserve_joined_rows_total", "counter"},
       {"odeserve_queue_depth", "gauge"},
       {"odeserve_requests_in_flight", "gauge"},
       {"odeserve_cost_model_relative_error", "histogram"},
@@ -140,6 +141,7 @@ TEST(Metrics, ModelChildrenRecordSchedulerEvents) {
   m->OnQueueDepth(3);
   scheduler::BatchObservation batch;
   batch.rows = 5;
+  batch.joined_rows = 2;
   batch.padded_tokens = 100;
   batch.relative_error = 0.04;
   m->OnBatch(batch);
@@ -157,6 +159,7 @@ TEST(Metrics, ModelChildrenRecordSchedulerEvents) {
   EXPECT_THAT(text, HasSubstr("odeserve_batch_size_bucket{model=\"m\",le=\"4\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("odeserve_batch_size_bucket{model=\"m\",le=\"8\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("odeserve_batch_tokens_sum{model=\"m\"} 100\n"));
+  EXPECT_THAT(text, HasSubstr("odeserve_joined_rows_total{model=\"m\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("odeserve_cost_model_relative_error_bucket{model=\"m\",le=\"0.05\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("odeserve_cost_model_relative_error_bucket{model=\"m\",le=\"0.02\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("odeserve_queue_duration_seconds_sum{model=\"m\"} 0.002\n"));

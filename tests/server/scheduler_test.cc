@@ -613,11 +613,29 @@ std::vector<std::unique_ptr<WorkItem>> Items(std::unique_ptr<WorkItem> a, std::u
   return items;
 }
 
+// Records the batches the scheduler reports (what the metrics see).
+class BatchRecorder : public SchedulerObserver {
+ public:
+  void OnBatch(const BatchObservation& batch) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    batches_.push_back(batch);
+  }
+  std::vector<BatchObservation> batches() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return batches_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<BatchObservation> batches_;
+};
+
 // A scheduler whose rows join running batches (the fake executor calls `join` at each step).
 struct Joining {
   explicit Joining(SchedulerOptions options = Options(), bool continuous = true) {
     executor->accept_joins_ = true;
     options.continuous_batching = continuous;
+    options.observer = &recorder;
     scheduler = std::make_unique<ModelScheduler>(options, executor);
   }
   // Submits `items` from inside the running batch, as its step `iteration` completes (once).
@@ -642,6 +660,7 @@ struct Joining {
     EXPECT_TRUE(batches[0].joined.empty());
     EXPECT_EQ(batches[1].rows.at(0).marker, 2);
   }
+  BatchRecorder recorder;  // outlives the scheduler (declared first)
   std::shared_ptr<FakeExecutor> executor = std::make_shared<FakeExecutor>();
   std::unique_ptr<ModelScheduler> scheduler;
 };
@@ -663,6 +682,12 @@ TEST(ContinuousBatching, AQueuedCallJoinsTheRunningBatchAtTheNextStep) {
   EXPECT_EQ(batches[0].joined[0].at_iteration, 2);
   EXPECT_THAT(batches[0].iterations, ElementsAre(8, 1));
   EXPECT_EQ(j.scheduler->queued_rows(), 0);
+  // The run is reported once it ends, after its calls completed: wait for it.
+  for (int i = 0; i < 500 && j.recorder.batches().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  const auto observed = j.recorder.batches();
+  ASSERT_EQ(observed.size(), 1u);
+  EXPECT_EQ(observed[0].rows, 2);
+  EXPECT_EQ(observed[0].joined_rows, 1);
 }
 
 TEST(ContinuousBatching, WhenTurnedOffACallWaitsForTheRunningBatch) {
