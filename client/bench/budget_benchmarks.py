@@ -39,16 +39,15 @@ def log(*args):
 
 
 class Server:
-    flags = []  # extra odeserve flags for every server (--server_flags)
-
-    def __init__(self, binary, repository, workdir, name):
+    def __init__(self, binary, repository, workdir, name, flags=()):
+        """Starts `binary` on `repository`; `flags` are extra odeserve flags."""
         self.port_file = os.path.join(workdir, name + ".ports")
         self.log_path = os.path.join(workdir, name + ".log")
         if os.path.exists(self.port_file):
             os.remove(self.port_file)
         self.proc = subprocess.Popen(
             [binary, "--model_repository", repository, "--grpc_address", "127.0.0.1", "--grpc_port", "0",
-             "--metrics_address", "127.0.0.1", "--metrics_port", "0", "--port_file", self.port_file] + Server.flags,
+             "--metrics_address", "127.0.0.1", "--metrics_port", "0", "--port_file", self.port_file] + list(flags),
             stderr=open(self.log_path, "w"))
         for _ in range(1200):
             if os.path.exists(self.port_file):
@@ -153,12 +152,16 @@ def main():
     out = args.out or tempfile.mkdtemp(prefix="odeserve-budget-bench-")
     os.makedirs(out, exist_ok=True)
     skip = set(filter(None, args.skip.split(",")))
-    Server.flags = args.server_flags.split()
+    server_flags = args.server_flags.split()
     bench = Bench(args, out)
     server_bin = os.path.join(args.build, "server", "odeserve")
-    result = {"out": out, "model": args.model, "method": args.method, "server_flags": Server.flags}
 
-    server = Server(server_bin, args.repository, out, "main")
+    def start_server(repository, name):
+        return Server(server_bin, repository, out, name, server_flags)
+
+    result = {"out": out, "model": args.model, "method": args.method, "server_flags": server_flags}
+
+    server = start_server(args.repository, "main")
     info = subprocess.run([os.path.join(args.build, "client", "odeserve-cli"), "--address", server.address,
                            "--json", "model", args.model], check=True, capture_output=True, text=True).stdout
     model_info = json.loads(info)
@@ -203,7 +206,7 @@ def main():
     if "nojoin" not in skip:
         repo_nojoin = repository_copy(args.repository, out, "repo-no-joins", args.model,
                                       lambda text: text.replace("batching {", "batching {\n  continuous_batching: false", 1))
-        s = Server(server_bin, repo_nojoin, out, "no-joins")
+        s = start_server(repo_nojoin, "no-joins")
         result["adaptive_70pct_without_continuous_batching"] = adaptive_summary(
             bench.run("adaptive-70pct-no-joins", s, common))
         s.stop()
@@ -212,7 +215,7 @@ def main():
         mixed = {}
         tenant_rate = "%.2f" % (sat / 6)
         for name, repo in (("continuous_batching", args.repository), ("without", repo_nojoin)):
-            s = Server(server_bin, repo, out, "mixed-" + name)
+            s = start_server(repo, "mixed-" + name)
             background = bench.start("mixed-%s-full-depth" % name, s,
                                      ["--rate", tenant_rate, "--duration", "15s", "--warmup", "1s", "--steps", str(depth)],
                                      seed=3)
@@ -252,7 +255,7 @@ def main():
                                   lambda text: re.sub(r"max_batch_size:\s*\d+", "max_batch_size: 1", text))
         throughput = {}
         for name, repo in (("dynamic", args.repository), ("batch1", repo_b1)):
-            s = Server(server_bin, repo, out, "batching-" + name)
+            s = start_server(repo, "batching-" + name)
             r = bench.run("batching-" + name, s, ["--concurrency", "32", "--duration", "15s", "--warmup", "3s"],
                           method="embed", model=args.batching_model)
             throughput[name] = r["throughput_rps"]
@@ -262,7 +265,7 @@ def main():
 
     # 6. Overload at 3x saturation for 60 s.
     if "overload" not in skip:
-        server = Server(server_bin, args.repository, out, "overload")
+        server = start_server(args.repository, "overload")
         samples = {"health_ms": [], "rss_kib": []}
         stop = threading.Event()
         cli = os.path.join(args.build, "client", "odeserve-cli")

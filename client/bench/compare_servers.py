@@ -80,8 +80,8 @@ def main():
         if variant.get("config"):
             repo = bb.repository_copy(args.repository, args.out, "repo-" + name, args.model,
                                       lambda text: edit_config(text, variant["config"]))
-        bb.Server.flags = variant.get("flags", [])
-        server = bb.Server(os.path.join(args.build, "server", "odeserve"), repo, args.out, name)
+        server = bb.Server(os.path.join(args.build, "server", "odeserve"), repo, args.out, name,
+                           variant.get("flags", []))
         for run in range(args.repeat):
             label = name if args.repeat == 1 else "%s#%d" % (name, run + 1)
             lines.append(describe(label, bench.run(label, server, load)))

@@ -71,6 +71,9 @@ void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
   // Every row of the run, indexed as the callbacks see them: the batch's, then joined ones.
   std::vector<scheduler::ExecRow> rows = batch.rows;
   std::vector<int> joined_after(rows.size(), 0);  // the step boundary each row joined at
+  // Every model call below picks its thread count from its own shape; the caller's count is
+  // back when the encoder is done.
+  IntraOpThreadsScope threads;
   auto [x, mask] = MakeInputs(rows);
   stats.padded_tokens = mask.numel();
   SetIntraOpThreadsFor(mask.numel());
@@ -113,7 +116,9 @@ void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
       const torch::Tensor index = torch::tensor(finished, torch::kInt64).to(h.device());
       std::vector<size_t> done;
       for (int64_t i : finished) done.push_back(active[i]);
-      on_finished(done, h.index_select(0, index), mask.index_select(0, index));
+      const torch::Tensor done_mask = mask.index_select(0, index);
+      SetIntraOpThreadsFor(done_mask.numel());
+      on_finished(done, h.index_select(0, index), done_mask);
     }
     if (kept.size() != active.size()) {
       std::vector<size_t> next_active;
@@ -162,10 +167,8 @@ absl::StatusOr<scheduler::ExecStats> TorchExecutor::Run(const scheduler::ExecBat
   try {
     c10::InferenceMode guard;
     PrecisionScope precision(model_->precision(), model_->device());
-    IntraOpThreadsScope threads;
     Integrate(batch, abandoned, join, stats,
               [&](const std::vector<size_t>& rows, const torch::Tensor& h, const torch::Tensor& mask) {
-                SetIntraOpThreadsFor(mask.numel());
                 const torch::Tensor out =
                     model_->OutputStageUnchecked(h, mask).to(torch::kCPU, torch::kFloat32).contiguous();
                 const int64_t width = out.size(1);

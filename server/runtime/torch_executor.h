@@ -42,8 +42,10 @@ class TorchExecutor : public scheduler::BatchExecutor {
                                             const torch::Tensor& h, const torch::Tensor& mask)>;
   /// Input stage, then every row's own number of solver steps; finished rows are handed to
   /// `on_finished`, abandoned ones just leave, and rows `join` (may be empty) returns join at
-  /// a step boundary. Fills the encoder fields of `stats`. Throws c10::Error; callers hold
-  /// InferenceMode and catch.
+  /// a step boundary. Each model call, `on_finished`'s included, runs on the intra-op thread
+  /// count its shape calls for (SetIntraOpThreadsFor); the caller's count is restored after.
+  /// Fills the encoder fields of `stats`. Throws c10::Error; callers hold InferenceMode and
+  /// catch.
   void Integrate(const scheduler::ExecBatch& batch, const scheduler::RowAbandonedFn& abandoned,
                  const scheduler::RowJoinFn& join, scheduler::ExecStats& stats,
                  const FinishedRowsFn& on_finished);

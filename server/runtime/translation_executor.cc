@@ -6,7 +6,6 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "server/runtime/threading.h"
 
 namespace odeserve::runtime {
 namespace {
@@ -60,19 +59,14 @@ absl::StatusOr<scheduler::ExecStats> TranslationExecutor::Run(const scheduler::E
     PrecisionScope precision(model_->precision(), model_->device());
     // Encoder: memory per finished row, trimmed to its own length.
     std::vector<torch::Tensor> memories(batch.rows.size());
-    {
-      // The encoder picks threads per call shape; the search below runs on the thread's count.
-      IntraOpThreadsScope threads;
-      Integrate(batch, abandoned, /*join=*/nullptr, stats,
-                [&](const std::vector<size_t>& rows, const torch::Tensor& h, const torch::Tensor& mask) {
-                  SetIntraOpThreadsFor(mask.numel());
-                  const torch::Tensor memory = model_->OutputStageUnchecked(h, mask).to(torch::kFloat32);
-                  for (size_t k = 0; k < rows.size(); ++k) {
-                    const int64_t length = static_cast<int64_t>(batch.rows[rows[k]].input->ids.size());
-                    memories[rows[k]] = memory[static_cast<int64_t>(k)].narrow(0, 0, length);
-                  }
-                });
-    }
+    Integrate(batch, abandoned, /*join=*/nullptr, stats,
+              [&](const std::vector<size_t>& rows, const torch::Tensor& h, const torch::Tensor& mask) {
+                const torch::Tensor memory = model_->OutputStageUnchecked(h, mask).to(torch::kFloat32);
+                for (size_t k = 0; k < rows.size(); ++k) {
+                  const int64_t length = static_cast<int64_t>(batch.rows[rows[k]].input->ids.size());
+                  memories[rows[k]] = memory[static_cast<int64_t>(k)].narrow(0, 0, length);
+                }
+              });
     std::map<std::pair<int, int>, std::vector<size_t>> groups;
     for (size_t r = 0; r < batch.rows.size(); ++r) {
       if (!memories[r].defined()) continue;  // abandoned during the encoder

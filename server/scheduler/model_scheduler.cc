@@ -138,12 +138,15 @@ absl::Duration ModelScheduler::PredictCompute(const PlanRequest& request, int st
   return absl::Seconds(cost_model_.Predict(work));
 }
 
+bool ModelScheduler::TakesJoinsAt(int iteration, int steps_left) const {
+  return steps_left >= kMinStepsLeftToJoin && iteration < kJoinWindowStepsFactor * options_.max_steps &&
+         !(options_.gate && options_.gate->HasWaiters());
+}
+
 bool ModelScheduler::JoinsNextBoundaryLocked(Solver solver) const {
-  // The same rules the join callback applies at that boundary, one step from now.
-  const int next_iteration = running_.iteration + 1;
-  if (!running_.joinable || running_.solver != solver || running_.steps_left - 1 < kMinStepsLeftToJoin ||
-      next_iteration >= kJoinWindowStepsFactor * options_.max_steps ||
-      (options_.gate && options_.gate->HasWaiters())) {
+  // The join callback's rules at that boundary, one step from now.
+  if (!running_.joinable || running_.solver != solver ||
+      !TakesJoinsAt(running_.iteration + 1, running_.steps_left - 1)) {
     return false;
   }
   // A queued call that needs another solver closes the batch before a later call could join.
@@ -257,19 +260,21 @@ absl::StatusOr<Plan> ModelScheduler::MakePlan(const PlanRequest& request) const 
   }
   const absl::Duration budget = *request.budget;
   const double inflation = LatencyInflation();
-  const StepCandidate* best = nullptr;
-  const StepCandidate* cheapest = nullptr;
-  auto total = [&](const StepCandidate& c) {
-    return forecast(c.solver).wait + compute(c.steps, c.solver, c.decoder_steps);
-  };
-  for (const auto& c : candidates) {
-    if (cheapest == nullptr || total(c) < total(*cheapest)) cheapest = &c;
-    if (total(c) * inflation > budget) continue;
-    if (best == nullptr || c.quality > best->quality ||
-        (c.quality == best->quality && total(c) < total(*best))) {
-      best = &c;
+  // Predicted queue + compute of each candidate, computed once (each is a cost-model call).
+  std::vector<absl::Duration> totals;
+  for (const auto& c : candidates) totals.push_back(forecast(c.solver).wait + compute(c.steps, c.solver, c.decoder_steps));
+  size_t cheapest_index = 0;
+  std::optional<size_t> best_index;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (totals[i] < totals[cheapest_index]) cheapest_index = i;
+    if (totals[i] * inflation > budget) continue;
+    if (!best_index || candidates[i].quality > candidates[*best_index].quality ||
+        (candidates[i].quality == candidates[*best_index].quality && totals[i] < totals[*best_index])) {
+      best_index = i;
     }
   }
+  const StepCandidate* best = best_index ? &candidates[*best_index] : nullptr;
+  const StepCandidate* cheapest = &candidates[cheapest_index];
   if (best != nullptr) return finish(best->steps, best->solver, best->decoder_steps, StepChoiceKind::kBudget);
 
   const Plan floor_plan =
@@ -528,7 +533,6 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
 
   // Continuous batching: at each step boundary, queued rows that fit join the batch.
   absl::Time last_boundary;  // set once the gate lets the batch run
-  const int join_window = kJoinWindowStepsFactor * options_.max_steps;
   auto join = [&](const JoinRoom& room) -> std::vector<ExecRow> {
     const absl::Time now = absl::Now();
     std::vector<std::shared_ptr<Entry>> dropped;
@@ -541,10 +545,7 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
       running_.iteration = room.iteration;
       running_.step = now - last_boundary;
       running_.steps_left = max_end_iteration - room.iteration;
-      if (room.iteration >= join_window || running_.steps_left < kMinStepsLeftToJoin ||
-          (options_.gate && options_.gate->HasWaiters())) {
-        running_.joinable = false;
-      }
+      if (!TakesJoinsAt(room.iteration, running_.steps_left)) running_.joinable = false;
       if (running_.joinable && !queue_.empty()) {
         joining = TakeBatchLocked(BatchRoom{room.rows, room.padded_length, exec.solver, true}, dropped);
       }

@@ -226,8 +226,11 @@ class ModelScheduler {
   /// entry needs another solver, closes the running batch to joins (it must not wait behind
   /// later arrivals).
   std::vector<Slice> TakeBatchLocked(const BatchRoom& room, std::vector<std::shared_ptr<Entry>>& dropped);
+  /// Whether a running batch takes joins at the boundary after step `iteration`, with
+  /// `steps_left` steps to go (the join window, kMinStepsLeftToJoin, the compute gate).
+  bool TakesJoinsAt(int iteration, int steps_left) const;
   /// Whether a call with `solver` queued now would join the running batch at its next step
-  /// boundary (room aside): the join callback's rules, applied one step ahead.
+  /// boundary (room aside): TakesJoinsAt one step ahead, and no other solver queued.
   bool JoinsNextBoundaryLocked(Solver solver) const;
   /// Completes entries dropped from the queue (cancelled or past their deadline).
   void FailDropped(const std::vector<std::shared_ptr<Entry>>& dropped);

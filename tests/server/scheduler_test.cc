@@ -232,6 +232,23 @@ void Plug(ModelScheduler& scheduler, FakeExecutor& executor, Completion& complet
   ASSERT_TRUE(executor.WaitRunsStarted(runs_before + 1));
 }
 
+// Queues one-step, one-row calls of these lengths (markers 1, 2, ...) behind a plug, lets them
+// run and returns every batch the executor saw (the plug's first).
+std::vector<FakeExecutor::RecordedBatch> BatchesBehindPlug(const SchedulerOptions& options,
+                                                           const std::vector<int>& lengths) {
+  auto executor = std::make_shared<FakeExecutor>();
+  ModelScheduler scheduler(options, executor);
+  Completion plug;
+  Plug(scheduler, *executor, plug);
+  std::vector<Completion> done(lengths.size());
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    EXPECT_TRUE(scheduler.Submit(Item({Row(static_cast<int>(i) + 1, lengths[i])}, 1, done[i])).ok());
+  }
+  executor->Release();
+  for (auto& d : done) EXPECT_TRUE(d.Wait().ok());
+  return executor->batches();
+}
+
 CostShape Shape(int64_t rows, int64_t tokens, int64_t token_evaluations, int64_t batches = 1) {
   CostShape shape;
   shape.batches = batches;
@@ -319,17 +336,9 @@ TEST(ModelScheduler, ALoneItemWaitsAtMostTheQueueDelay) {
 }
 
 TEST(ModelScheduler, MaxBatchSizeIsRespected) {
-  auto executor = std::make_shared<FakeExecutor>();
   SchedulerOptions options = Options();
   options.max_batch_size = 2;
-  ModelScheduler scheduler(options, executor);
-  Completion plug;
-  Plug(scheduler, *executor, plug);
-  std::vector<Completion> done(5);
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(scheduler.Submit(Item({Row(i + 1, 4)}, 1, done[i])).ok());
-  executor->Release();
-  for (auto& d : done) ASSERT_TRUE(d.Wait().ok());
-  const auto batches = executor->batches();
+  const auto batches = BatchesBehindPlug(options, {4, 4, 4, 4, 4});
   ASSERT_EQ(batches.size(), 4u);  // plug, then 2 + 2 + 1 in FIFO order
   std::vector<std::vector<int>> markers;
   for (size_t b = 1; b < batches.size(); ++b) {
@@ -341,18 +350,9 @@ TEST(ModelScheduler, MaxBatchSizeIsRespected) {
 }
 
 TEST(ModelScheduler, MaxBatchTokensIsRespected) {
-  auto executor = std::make_shared<FakeExecutor>();
   SchedulerOptions options = Options();
   options.max_batch_tokens = 40;
-  ModelScheduler scheduler(options, executor);
-  Completion plug;
-  Plug(scheduler, *executor, plug);
-  std::vector<Completion> done(4);
-  const int lengths[4] = {10, 10, 30, 10};
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(scheduler.Submit(Item({Row(i + 1, lengths[i])}, 1, done[i])).ok());
-  executor->Release();
-  for (auto& d : done) ASSERT_TRUE(d.Wait().ok());
-  const auto batches = executor->batches();
+  const auto batches = BatchesBehindPlug(options, {10, 10, 30, 10});
   ASSERT_GE(batches.size(), 3u);
   int rows_seen = 0;
   for (size_t b = 1; b < batches.size(); ++b) {
@@ -369,19 +369,11 @@ TEST(ModelScheduler, MaxBatchTokensIsRespected) {
 TEST(ModelScheduler, MaxBatchTokensCountsThePaddedLength) {
   // With pad_to_multiple 16, rows of 5 tokens run padded to 16: a 40-token budget holds two of
   // them (32 tokens), not eight (40).
-  auto executor = std::make_shared<FakeExecutor>();
   SchedulerOptions options = Options();
   options.max_batch_tokens = 40;
   options.pad_to_multiple = 16;
   options.max_sequence_length = 64;
-  ModelScheduler scheduler(options, executor);
-  Completion plug;
-  Plug(scheduler, *executor, plug);
-  std::vector<Completion> done(6);
-  for (int i = 0; i < 6; ++i) ASSERT_TRUE(scheduler.Submit(Item({Row(i + 1, 5)}, 1, done[i])).ok());
-  executor->Release();
-  for (auto& d : done) ASSERT_TRUE(d.Wait().ok());
-  const auto batches = executor->batches();
+  const auto batches = BatchesBehindPlug(options, {5, 5, 5, 5, 5, 5});
   ASSERT_EQ(batches.size(), 4u) << "the plug, then 6 rows two by two";
   for (size_t b = 1; b < batches.size(); ++b) EXPECT_EQ(batches[b].rows.size(), 2u) << "batch " << b;
 }
