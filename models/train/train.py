@@ -69,7 +69,8 @@ def parse():
     ap.add_argument("--tau", type=float, default=0.05)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--init", default="", help="checkpoint to start from (weights only)")
+    ap.add_argument("--init", default="", help="weights to start from: a run's checkpoint, or an exported "
+                    "classifier's model.pt; positions are extended when --max-len is longer")
     ap.add_argument("--amp", type=int, default=1, help="bf16 autocast (2-2.5x faster on this CPU)")
     ap.add_argument("--ckpt-minutes", type=float, default=4)
     ap.add_argument("--objective", default="joint", choices=["joint", "classify", "mlm"])
@@ -78,6 +79,9 @@ def parse():
                     help="a step budget (0 = none): the run stops there and its schedule follows it; "
                          "--minutes still caps the wall-clock time")
     ap.add_argument("--align-pairs", type=int, default=16, help="classify: cross-lingual pairs per batch")
+    ap.add_argument("--token-dropout", type=float, default=0.0,
+                    help="classify: share of each English text's pieces (bos kept) hidden from the encoder per batch")
+    ap.add_argument("--pooled-dropout", type=float, default=0.0, help="classify: dropout on the classifier's input")
     return ap.parse_args()
 
 
@@ -115,6 +119,46 @@ def build_model(a, vocab, n_labels):
     else:
         m = families.build(a.family, vocab=vocab, emb=a.emb, **common)
     return m, nn.Linear(a.hidden, n_labels)
+
+
+PREPARED = ("w_qkv", "w_o", "w_1", "w_2")  # ShareBERT buffers made by prepare(), never stored
+
+
+def with_positions(sd, max_len):
+    """A state dict whose learned positions cover max_len: a checkpoint trained on shorter inputs
+    is extended by repeating its table (as Longformer grew RoBERTa's), so that fine-tuning on
+    longer inputs starts from positions the shared block has already seen."""
+    pos = sd.get("pos")
+    if pos is not None and pos.size(0) < max_len:
+        reps = -(-max_len // pos.size(0))
+        sd = dict(sd, pos=pos.repeat(reps, 1)[:max_len].clone())
+    return sd
+
+
+def init_weights(path, model, cls):
+    """(encoder state dict, classifier state dict or None) of a training checkpoint, or of an
+    exported classifier's TorchScript model.pt (its head is the section classifier; the
+    contrastive projection is not exported and keeps its fresh initialisation)."""
+    if not path.endswith("model.pt"):
+        c = torch.load(path)
+        keep_cls = c.get("args", {}).get("objective") != "mlm"  # an mlm run's classifier never trained
+        return with_positions(c["model"], model.max_len), (c["cls"] if keep_cls else None)
+    stored = torch.jit.load(path).state_dict()
+    if stored["head.weight"].shape != cls.weight.shape:
+        raise ValueError("%s: head %s is not a %d-label classifier" % (
+            path, tuple(stored["head.weight"].shape), cls.out_features))
+    encoder = {k: v for k, v in stored.items() if not k.startswith("head.") and k not in PREPARED}
+    return with_positions(encoder, model.max_len), {"weight": stored["head.weight"], "bias": stored["head.bias"]}
+
+
+def drop_tokens(mask, rows, p):
+    """The mask with a random share p of the first `rows` rows' pieces (never position 0, the bos)
+    masked out: they are zeroed, unattended and unpooled, as padding is (word dropout)."""
+    drop = torch.rand(rows, mask.size(1)) < p
+    drop[:, 0] = False
+    out = mask.clone()
+    out[:rows] = mask[:rows] * (~drop).to(mask.dtype)
+    return out
 
 
 def encode_pooled(model, x, mask, n):
@@ -188,10 +232,12 @@ def main():
             mlm_head.load_state_dict(c["mlm"])
         say("resumed at step", state["step"], "elapsed %.1f min" % (state["elapsed"] / 60))
     elif a.init:
-        c = torch.load(a.init)
-        model.load_state_dict(c["model"], strict=False)
-        if c.get("args", {}).get("objective") != "mlm":  # an mlm run's classifier never trained
-            cls.load_state_dict(c["cls"])
+        encoder, classifier = init_weights(a.init, model, cls)
+        missing, unexpected = model.load_state_dict(encoder, strict=False)
+        if unexpected or any(k not in PREPARED and not k.startswith("head.") for k in missing):
+            raise ValueError("%s does not fit this model: missing %s, unexpected %s" % (a.init, missing, unexpected))
+        if classifier is not None:
+            cls.load_state_dict(classifier)
         say("initialised from", a.init)
     json.dump(dict(vars(a), labels=labels, vocab=tok.sp.get_piece_size(),
                    parameters=families.count_parameters(model)), open(os.path.join(a.out, "args.json"), "w"), indent=1)
@@ -297,9 +343,11 @@ def main():
                 n_ce, y = len(ce_texts), torch.tensor(ce_labels)
             n = sample_steps(rng, a.depth, a.steps_mode, a.p_full)
             x, m = enc.collate([seqs[t] for t in ce_texts] + q + d)
+            if a.token_dropout > 0 and ce_texts:
+                m = drop_tokens(m, len(ce_texts), a.token_dropout)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(a.amp)):
                 pooled = encode_pooled(model, x, m, n)
-                logits = cls(pooled[:n_ce])
+                logits = cls(F.dropout(pooled[:n_ce], a.pooled_dropout, training=True))
                 e = model.head(pooled[len(ce_texts):])
             e, logits = e.float(), logits.float()
             B = len(batch)

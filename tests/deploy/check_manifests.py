@@ -295,7 +295,7 @@ def main() -> int:
     text = json.dumps(dash)
     for metric in ("odeserve_requests_total", "odeserve_request_duration_seconds_bucket",
                    "odeserve_queue_depth", "odeserve_solver_steps", "odeserve_budget_requests_total",
-                   "odeserve_batch_size", "odeserve_cost_model_relative_error_bucket"):
+                   "odeserve_batch_size", "odeserve_cost_model_relative_error_bucket", "odeserve_joined_rows_total"):
         ok(metric in text, "grafana/odeserve.json", f"no panel uses {metric}")
     for p in dash["panels"]:
         if p["type"] != "row":
