@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Baselines on the same test sets as models/evaluate.py: majority class, TF-IDF + logistic
-regression (word 1-2 grams, numpy softmax regression), TF-IDF char 2-4-gram cosine retrieval.
+regression (word 1-2 grams, numpy softmax regression) on the full texts and on each text's first
+N pieces (the models' windows), TF-IDF char 2-4-gram cosine retrieval.
     nice -n 10 /usr/bin/python3 models/eval_baselines.py  -> models/work/eval/baselines.json"""
+import argparse
 import json
 import os
 import sys
@@ -11,32 +13,55 @@ from collections import Counter
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
+import sentencepiece as spm  # noqa: E402
 from odeserve_models.baselines import Tfidf, char_tfidf_retrieval, macro_f1, predict, train_logreg, word_features  # noqa: E402
 from odeserve_models.data import load_jsonl  # noqa: E402
 from eval_sets import eval_sets  # noqa: E402
 
 
+def first_pieces(tokenizer, n):
+    """text -> the text of its first n SentencePiece pieces (what a model with that window reads)."""
+    sp = spm.SentencePieceProcessor(model_file=tokenizer)
+    return lambda text: sp.decode(sp.encode(text)[:n])
+
+
+def tfidf_classifier(train, valid, ytr, yva, n_labels, view):
+    vec = Tfidf(word_features, min_df=2, max_features=200000).fit([view(r["text"]) for r in train])
+    Xtr = vec.transform([view(r["text"]) for r in train]); Xva = vec.transform([view(r["text"]) for r in valid])
+    print("tfidf features", Xtr.shape, flush=True)
+    W, b = train_logreg(Xtr, ytr, n_labels, epochs=6, X_val=Xva, y_val=yva)
+    return lambda texts: predict(vec.transform([view(t) for t in texts]), W, b)
+
+
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--truncate-pieces", default="62,126",
+                    help="also train and test TF-IDF + LR on each text's first N pieces (a model's window "
+                         "without bos/eos), for each N of this comma list")
+    ap.add_argument("--tokenizer", default=os.path.join(HERE, "repository", "classify-sections", "tokenizer.model"))
+    a = ap.parse_args()
     t0 = time.time()
     sets = eval_sets()
     labels = sets["labels"]; lid = {l: i for i, l in enumerate(labels)}
     train = load_jsonl("sections-train-en.jsonl")
     valid = load_jsonl("sections-valid-en.jsonl")
     ytr = np.array([lid[r["label"]] for r in train]); yva = np.array([lid[r["label"]] for r in valid])
-    vec = Tfidf(word_features, min_df=2, max_features=200000).fit([r["text"] for r in train])
-    Xtr = vec.transform([r["text"] for r in train]); Xva = vec.transform([r["text"] for r in valid])
-    print("tfidf features", Xtr.shape, "%.0fs" % (time.time() - t0), flush=True)
-    W, b = train_logreg(Xtr, ytr, len(labels), epochs=6, X_val=Xva, y_val=yva)
     res = {"labels": labels}
     maj = Counter(ytr.tolist()).most_common(1)[0][0]
+    views = [("tfidf_lr", lambda text: text)] + [
+        ("tfidf_lr_first%d" % n, first_pieces(a.tokenizer, n)) for n in map(int, filter(None, a.truncate_pieces.split(",")))]
+    classifiers = [(key, tfidf_classifier(train, valid, ytr, yva, len(labels), view)) for key, view in views]
+    print("classifiers trained in %.0fs" % (time.time() - t0), flush=True)
     for name, (texts, y) in sets["classification"].items():
         y = np.array([lid[l] for l in y])
-        p = predict(vec.transform(texts), W, b)
-        res["tfidf_lr/" + name] = {"accuracy": float((p == y).mean()), "macro_f1": macro_f1(y, p, len(labels)), "n": len(y)}
+        for key, classify in classifiers:
+            p = classify(texts)
+            res[key + "/" + name] = {"accuracy": float((p == y).mean()), "macro_f1": macro_f1(y, p, len(labels)), "n": len(y)}
         pm = np.full_like(y, maj)
         res["majority/" + name] = {"accuracy": float((pm == y).mean()), "macro_f1": macro_f1(y, pm, len(labels)), "n": len(y),
                                    "class": labels[maj]}
-        print(name, res["tfidf_lr/" + name], res["majority/" + name], flush=True)
+        print(name, {key: round(res[key + "/" + name]["accuracy"], 4) for key, _ in classifiers},
+              "majority", round(res["majority/" + name]["accuracy"], 4), flush=True)
     for name, (q, c) in sets["retrieval"].items():
         r = char_tfidf_retrieval(q, c)
         res["tfidf_char/" + name] = {"recall@1": r[1], "recall@10": r[10], "n": len(q)}

@@ -4,8 +4,10 @@
   nice -n 10 /usr/bin/python3 models/evaluate.py repo:classify-sections
   nice -n 10 /usr/bin/python3 models/evaluate.py repo:embed-sharebert
   nice -n 10 /usr/bin/python3 models/evaluate.py run:sharebert-fixed      # comparison run (not served)
+  nice -n 10 /usr/bin/python3 models/evaluate.py repo:classify-sections --repository DIR --out-name X
 Writes models/work/eval/<target>.json; models/make_report.py turns them into models/EVAL.md.
 """
+import argparse
 import json
 import os
 import sys
@@ -28,7 +30,12 @@ N_EN, N_ZS = 1000, 500
 
 
 def main():
-    target = sys.argv[1]
+    ap = argparse.ArgumentParser()
+    ap.add_argument("target", help="repo:NAME (a served model folder) or run:NAME (models/work/runs/NAME)")
+    ap.add_argument("--repository", default=os.path.join(HERE, "repository"), help="where repo:NAME lives")
+    ap.add_argument("--out-name", default="", help="write models/work/eval/OUT_NAME.json (default: NAME)")
+    a = ap.parse_args()
+    target = a.target
     torch.set_num_threads(int(os.environ.get("EVAL_THREADS", "1")))
     kind, name = target.split(":")
     sets = eval_sets()
@@ -42,7 +49,7 @@ def main():
 
     tasks = []
     if kind == "repo":
-        d = os.path.join(HERE, "repository", name)
+        d = os.path.join(a.repository, name)
         cfg, tok, model = load_model_dir(d)
         task = cfg["task"]
         res["size_bytes"] = {f: os.path.getsize(os.path.join(d, f)) for f in sorted(os.listdir(d))}
@@ -79,7 +86,7 @@ def main():
         q, c = sets["retrieval"]["retrieval-test-en-fr"]
         add("EMBEDDING", "retrieval-test-en-fr", "EULER", L, retrieval_metrics(r.outputs(q, L), r.outputs(c, L)), len(q))
     os.makedirs(os.path.join(HERE, "work", "eval"), exist_ok=True)
-    json.dump(res, open(os.path.join(HERE, "work", "eval", name + ".json"), "w"), indent=1)
+    json.dump(res, open(os.path.join(HERE, "work", "eval", (a.out_name or name) + ".json"), "w"), indent=1)
     print("done in %.0fs" % (time.time() - t0))
 
 
