@@ -45,11 +45,13 @@ def evaluations(solver, n):
 
 def training_summary(run):
     args = json.load(open(os.path.join(run, "args.json")))
-    steps = 0
+    steps = None
     for line in open(os.path.join(run, "train.log")):
-        m = re.search(r"step (\d+) ", line)
+        m = re.search(r" done (\d+) steps", line)  # written once the run ends
         if m:
             steps = int(m.group(1))
+    if steps is None:
+        raise SystemExit("%s: the run has not finished (no 'done N steps' in train.log)" % run)
     return args, steps
 
 
