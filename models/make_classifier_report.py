@@ -13,9 +13,13 @@ import argparse
 import json
 import os
 import re
+import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from odeserve_models.solvers import FIELD_EVALS  # noqa: E402
+
 EVAL = os.path.join(HERE, "work", "eval")
 BEGIN, END = "<!-- classifier-latest:begin -->", "<!-- classifier-latest:end -->"
 ANCHOR = "## Classification: English test"  # the section is inserted before it on first use
@@ -37,10 +41,6 @@ def pct(row, key="accuracy"):
 
 def both(row):
     return "n/a / n/a" if row is None else "%s / %s" % (pct(row), pct(row, "macro_f1"))
-
-
-def evaluations(solver, n):
-    return n * {"EULER": 1, "HEUN": 2, "RK4": 4}[solver]
 
 
 def training_summary(run):
@@ -74,7 +74,7 @@ def section(a):
           a.previous_max_len))
     W("")
     W("**What changed.** The model reads up to %d tokens (bos/eos included) instead of %d: two thirds of the "
-      "test descriptions are longer than %d pieces, and TF-IDF + LR itself loses %.1f points when it sees only "
+      "test descriptions are longer than %d pieces (`models/piece_lengths.py`), and TF-IDF + LR itself loses %.1f points when it sees only "
       "a description's first %d pieces (table below). It is the previous classifier's weights (read from the "
       "committed `model.pt`) with the learned position table repeated to %d rows, fine-tuned for %d more "
       "optimizer steps (%d English descriptions + %d en<->xx pairs per step, learning rate %.0e, cosine, "
@@ -93,7 +93,7 @@ def section(a):
     W("| --- | --- | --- | --- | --- |")
     for (ds, solver, n), row in new.items():
         if ds == "sections-test-en":
-            W("| %s | %d | %d | %s | %s |" % (solver, n, evaluations(solver, n), both(row), both(old.get((ds, solver, n)))))
+            W("| %s | %d | %d | %s | %s |" % (solver, n, n * FIELD_EVALS[solver], both(row), both(old.get((ds, solver, n)))))
     W("| baseline: majority | | | %s | |" % both(base["majority/sections-test-en"]))
     for key, what in (("tfidf_lr", "full text"), ("tfidf_lr_first%d" % windows[0], "first %d pieces" % windows[0]),
                       ("tfidf_lr_first%d" % windows[1], "first %d pieces" % windows[1])):

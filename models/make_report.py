@@ -8,6 +8,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EV = os.path.join(HERE, "work", "eval")
+from odeserve_models.solvers import FIELD_EVALS  # noqa: E402  (the script's folder is on sys.path)
 # Sections other scripts (or measurements of earlier stops) own: kept as they are, after the rest.
 KEPT_SECTION = re.compile(r"<!-- ([a-z-]+):begin -->.*?<!-- \1:end -->", re.S)
 
@@ -98,7 +99,7 @@ def main():
     W("## Classification: English test (1,000), accuracy / macro-F1 (%)\n")
     W("| solver | steps | field evals | classify-sections (step-robust) | sharebert-fixed (comparison) |")
     W("| --- | --- | --- | --- | --- |")
-    ev = {"EULER": 1, "HEUN": 2, "RK4": 4}
+    ev = FIELD_EVALS
     grid = [("EULER", n) for n in range(1, 9)] + [("EULER", 16), ("HEUN", 1), ("HEUN", 2), ("HEUN", 4), ("RK4", 1), ("RK4", 2)]
     for s, n in grid:
         W("| %s | %d | %d | %s / %s | %s / %s |" % (s, n, n * ev[s], f(pick(cls, "sections-test-en", s, n, "accuracy")),

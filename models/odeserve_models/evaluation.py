@@ -74,12 +74,12 @@ def load_run(run_dir: str, task: str, which: str = "final.pt"):
     else:
         model = families.build(a["family"], vocab=a["vocab"], emb=a["emb"], **common)
     sd = dict(ck["model"])
-    for k in [k for k in sd if k in ("w_qkv", "w_o", "w_1", "w_2") and a["family"] == "sharebert"]:
+    for k in [k for k in sd if k in families.PREPARED_MATRICES and a["family"] == "sharebert"]:
         del sd[k]
     if task == "CLASSIFICATION":
         sd["head.weight"] = ck["cls"]["weight"]; sd["head.bias"] = ck["cls"]["bias"]
     missing, unexpected = model.load_state_dict(sd, strict=False)
-    assert not unexpected and all(k in ("w_qkv", "w_o", "w_1", "w_2") for k in missing), (missing, unexpected)
+    assert not unexpected and all(k in families.PREPARED_MATRICES for k in missing), (missing, unexpected)
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)

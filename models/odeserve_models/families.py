@@ -24,6 +24,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
+# ShareBERT's block matrices: buffers materialized by prepare() (or per batch in training), not
+# weights; a stored model holds them empty.
+PREPARED_MATRICES = ("w_qkv", "w_o", "w_1", "w_2")
+
+
 def mask_bias(mask: Tensor) -> Tensor:
     """[B, T] float mask (1 token, 0 pad) -> additive attention bias [B, 1, 1, T]."""
     return ((mask - 1.0) * 1e9).unsqueeze(1).unsqueeze(2)
@@ -259,7 +264,7 @@ class ShareBertEncoder(SharedEncoderBase):
 
     @torch.jit.ignore
     def clear_prepared(self) -> None:
-        for n in ("w_qkv", "w_o", "w_1", "w_2"):
+        for n in PREPARED_MATRICES:
             setattr(self, n, torch.zeros(0))
 
 

@@ -121,9 +121,6 @@ def build_model(a, vocab, n_labels):
     return m, nn.Linear(a.hidden, n_labels)
 
 
-PREPARED = ("w_qkv", "w_o", "w_1", "w_2")  # ShareBERT buffers made by prepare(), never stored
-
-
 def with_positions(sd, max_len):
     """A state dict whose learned positions cover max_len: a checkpoint trained on shorter inputs
     is extended by repeating its table (as Longformer grew RoBERTa's), so that fine-tuning on
@@ -147,7 +144,7 @@ def init_weights(path, model, cls):
     if stored["head.weight"].shape != cls.weight.shape:
         raise ValueError("%s: head %s is not a %d-label classifier" % (
             path, tuple(stored["head.weight"].shape), cls.out_features))
-    encoder = {k: v for k, v in stored.items() if not k.startswith("head.") and k not in PREPARED}
+    encoder = {k: v for k, v in stored.items() if not k.startswith("head.") and k not in families.PREPARED_MATRICES}
     return with_positions(encoder, model.max_len), {"weight": stored["head.weight"], "bias": stored["head.bias"]}
 
 
@@ -234,7 +231,7 @@ def main():
     elif a.init:
         encoder, classifier = init_weights(a.init, model, cls)
         missing, unexpected = model.load_state_dict(encoder, strict=False)
-        if unexpected or any(k not in PREPARED and not k.startswith("head.") for k in missing):
+        if unexpected or any(k not in families.PREPARED_MATRICES and not k.startswith("head.") for k in missing):
             raise ValueError("%s does not fit this model: missing %s, unexpected %s" % (a.init, missing, unexpected))
         if classifier is not None:
             cls.load_state_dict(classifier)

@@ -53,7 +53,7 @@ class ExportedClassifierInit(unittest.TestCase):
         encoder, classifier = train.init_weights(self.path, model, cls)
         missing, unexpected = model.load_state_dict(encoder, strict=False)
         self.assertEqual(unexpected, [])
-        self.assertTrue(all(k in train.PREPARED or k.startswith("head.") for k in missing), missing)
+        self.assertTrue(all(k in families.PREPARED_MATRICES or k.startswith("head.") for k in missing), missing)
         cls.load_state_dict(classifier)
         model.head = cls  # as export_repository serves a classifier
         return model.eval()
