@@ -79,6 +79,8 @@ def main():
            else "; Debian Section classifier trained on English descriptions only (%s)" % (
                "fine-tuned from the jointly trained encoder, English cross-entropy plus en<->xx alignment pairs"
                if args.get("objective") == "classify" else "jointly with the contrastive objective"))
+    if a.task == "EMBEDDING" and args.get("init"):
+        how += "; training continued from %s" % args["init"]
     desc = DESCRIPTIONS[args["family"]].format(how=how, **args)
     hash_cfg = dict(dim=args["hash_dim"], seed=args["hash_seed"], orders=[2, 3, 4]) if args["family"] == "eelbert" else None
     cfg = config_text(a.name, model, a.task, desc, args["max_len"], steps=(1, 2 * L, L),

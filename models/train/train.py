@@ -70,7 +70,7 @@ def parse():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--init", default="", help="weights to start from: a run's checkpoint, or an exported "
-                    "classifier's model.pt; positions are extended when --max-len is longer")
+                    "classifier's or embedding model's model.pt; positions are extended when --max-len is longer")
     ap.add_argument("--amp", type=int, default=1, help="bf16 autocast (2-2.5x faster on this CPU)")
     ap.add_argument("--ckpt-minutes", type=float, default=4)
     ap.add_argument("--objective", default="joint", choices=["joint", "classify", "mlm"])
@@ -134,18 +134,23 @@ def with_positions(sd, max_len):
 
 def init_weights(path, model, cls):
     """(encoder state dict, classifier state dict or None) of a training checkpoint, or of an
-    exported classifier's TorchScript model.pt (its head is the section classifier; the
-    contrastive projection is not exported and keeps its fresh initialisation)."""
+    exported model.pt: a classifier's head is the section classifier (its contrastive projection
+    is not exported and keeps its fresh initialisation); an embedding model's head is the
+    contrastive projection itself (its auxiliary section classifier is not exported)."""
     if not path.endswith("model.pt"):
         c = torch.load(path)
         keep_cls = c.get("args", {}).get("objective") != "mlm"  # an mlm run's classifier never trained
         return with_positions(c["model"], model.max_len), (c["cls"] if keep_cls else None)
     stored = torch.jit.load(path).state_dict()
-    if stored["head.weight"].shape != cls.weight.shape:
-        raise ValueError("%s: head %s is not a %d-label classifier" % (
-            path, tuple(stored["head.weight"].shape), cls.out_features))
-    encoder = {k: v for k, v in stored.items() if not k.startswith("head.") and k not in families.PREPARED_MATRICES}
-    return with_positions(encoder, model.max_len), {"weight": stored["head.weight"], "bias": stored["head.bias"]}
+    encoder = {k: v for k, v in stored.items() if k not in families.PREPARED_MATRICES}
+    head = stored["head.weight"].shape
+    if head == cls.weight.shape:
+        encoder = {k: v for k, v in encoder.items() if not k.startswith("head.")}
+        return with_positions(encoder, model.max_len), {"weight": stored["head.weight"], "bias": stored["head.bias"]}
+    if head == model.head.weight.shape:
+        return with_positions(encoder, model.max_len), None
+    raise ValueError("%s: head %s is neither a %d-label classifier nor a %s embedding projection" % (
+        path, tuple(head), cls.out_features, tuple(model.head.weight.shape)))
 
 
 def drop_tokens(mask, rows, p):

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Fine-tuning helpers of models/train/train.py: starting from an exported classifier's
-model.pt, extending the learned positions for longer inputs, and word dropout.
+"""Fine-tuning helpers of models/train/train.py: starting from an exported classifier's or
+embedding model's model.pt, extending the learned positions for longer inputs, and word dropout.
 
   /usr/bin/python3 -m unittest discover -s tests/models -p 'test_train_init.py'
 """
@@ -77,10 +77,30 @@ class ExportedClassifierInit(unittest.TestCase):
         with self.assertRaises(RuntimeError):
             self.load_into(max_len=4)
 
-    def test_an_embedding_model_is_refused_as_a_classifier(self):
-        torch.jit.script(sharebert(max_len=8, out_dim=SIZE["hidden"]).eval()).save(self.path)
-        with self.assertRaisesRegex(ValueError, "not a 5-label classifier"):
+    def test_a_model_whose_head_fits_neither_role_is_refused(self):
+        torch.jit.script(sharebert(max_len=8, out_dim=7).eval()).save(self.path)
+        with self.assertRaisesRegex(ValueError, "neither a 5-label classifier nor a"):
             self.load_into(max_len=8)
+
+
+class ExportedEmbeddingInit(unittest.TestCase):
+    """Continuing an exported embedding model: its head is the contrastive projection, loaded into
+    the model itself; the auxiliary section classifier starts fresh."""
+
+    def test_the_loaded_model_reproduces_the_exported_embeddings(self):
+        exported = sharebert(max_len=8, out_dim=SIZE["hidden"]).eval()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "model.pt")
+            torch.jit.script(exported).save(path)
+            model = sharebert(max_len=8, out_dim=SIZE["hidden"])
+            encoder, classifier = train.init_weights(path, model, nn.Linear(SIZE["hidden"], LABELS))
+        self.assertIsNone(classifier)
+        missing, unexpected = model.load_state_dict(encoder, strict=False)
+        self.assertEqual(unexpected, [])
+        self.assertTrue(all(k in families.PREPARED_MATRICES for k in missing), missing)
+        x = torch.randint(4, SIZE["vocab"], (2, 8))
+        mask = torch.ones(2, 8)
+        torch.testing.assert_close(classify(model.eval(), x, mask), classify(exported, x, mask))
 
 
 class WordDropout(unittest.TestCase):
