@@ -12,7 +12,8 @@ copy of the repository). Every variant sees the same load and arrivals (same see
                      --rate 240 --budgets 9ms,18ms,36ms,72ms
 
 "config" lines ("field: value") replace the config's first line setting that field, or else are
-added at the top of its `batching { }` block. Reports (JSON + SVG) land in --out; the printed
+added at the top of its `batching { }` block (batching fields) or at the top level (others, such
+as quality_tolerance). Reports (JSON + SVG) land in --out; the printed
 lines are also written to --out/summary.txt.
 """
 import argparse
@@ -25,16 +26,24 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import budget_benchmarks as bb  # noqa: E402  (Server, Bench, repository_copy)
 
 
+# BatchingConfig's fields (proto/odeserve/v1/model_config.proto): a line setting one of them that
+# the config lacks goes into its batching block; any other goes at the top level.
+BATCHING_FIELDS = {"max_batch_size", "max_batch_tokens", "max_queue_delay_us", "max_queue_size",
+                   "pad_to_multiple", "continuous_batching"}
+
+
 def edit_config(text, lines):
     """`text` with each "field: value" line set: replacing the field's first line, else added to
-    the top of the batching block."""
+    the top of the batching block (batching fields) or at the end (top-level fields)."""
     for line in lines:
         field = line.split(":", 1)[0].strip()
         pattern = re.compile(r"^(\s*)%s\s*:.*$" % re.escape(field), re.MULTILINE)
         if pattern.search(text):
             text = pattern.sub(lambda m: m.group(1) + line, text, count=1)
-        else:
+        elif field in BATCHING_FIELDS:
             text = text.replace("batching {", "batching {\n  " + line, 1)
+        else:
+            text = text.rstrip("\n") + "\n" + line + "\n"
     return text
 
 

@@ -220,6 +220,7 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
   sched.solvers.clear();
   for (int solver : config.solvers()) sched.solvers.push_back(ToSchedulerSolver(static_cast<v1::Solver>(solver)));
   sched.candidates = CandidatesFromProfile(config, servable->profile);
+  sched.quality_tolerance = config.quality_tolerance();
   sched.gate = gate_;
   servable->scheduler = std::make_unique<scheduler::ModelScheduler>(sched, executor);
 
@@ -364,6 +365,7 @@ v1::ModelInfo ModelManager::Describe(const ModelEntry& entry) {
   info.set_compute_precision(s.precision);
   info.set_pad_to_multiple(s.pad_to_multiple);
   info.set_continuous_batching(s.scheduler->continuous_batching());
+  info.set_quality_tolerance(c.quality_tolerance());
   return info;
 }
 

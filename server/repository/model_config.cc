@@ -1,6 +1,7 @@
 #include "server/repository/model_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -129,6 +130,10 @@ absl::Status ValidateModelConfig(const ModelConfig& config, const fs::path& mode
   RETURN_IF_ERROR(CheckFileField(file, model_dir, "torchscript_file", config.torchscript_file()));
   if (!v1::ComputePrecision_IsValid(config.compute_precision())) {
     return FieldError(file, "compute_precision", "must be FLOAT32 or BFLOAT16");
+  }
+  if (!(config.quality_tolerance() >= 0 && std::isfinite(config.quality_tolerance()))) {
+    return FieldError(file, "quality_tolerance",
+                      absl::StrCat("must be a finite number >= 0, got ", config.quality_tolerance()));
   }
   const auto& tokenizer = config.tokenizer();
   RETURN_IF_ERROR(CheckFileField(file, model_dir, "tokenizer.model_file", tokenizer.model_file()));

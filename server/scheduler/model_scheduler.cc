@@ -264,12 +264,20 @@ absl::StatusOr<Plan> ModelScheduler::MakePlan(const PlanRequest& request) const 
   std::vector<absl::Duration> totals;
   for (const auto& c : candidates) totals.push_back(forecast(c.solver).wait + compute(c.steps, c.solver, c.decoder_steps));
   size_t cheapest_index = 0;
-  std::optional<size_t> best_index;
+  std::optional<double> best_quality;  // the best quality that fits the budget
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (totals[i] < totals[cheapest_index]) cheapest_index = i;
     if (totals[i] * inflation > budget) continue;
-    if (!best_index || candidates[i].quality > candidates[*best_index].quality ||
-        (candidates[i].quality == candidates[*best_index].quality && totals[i] < totals[*best_index])) {
+    best_quality = std::max(best_quality.value_or(candidates[i].quality), candidates[i].quality);
+  }
+  // Of the fitting candidates as good as the best (within the tolerance), the cheapest; between
+  // equally cheap ones, the better.
+  std::optional<size_t> best_index;
+  for (size_t i = 0; best_quality && i < candidates.size(); ++i) {
+    if (totals[i] * inflation > budget) continue;
+    if (candidates[i].quality < *best_quality - options_.quality_tolerance) continue;
+    if (!best_index || totals[i] < totals[*best_index] ||
+        (totals[i] == totals[*best_index] && candidates[i].quality > candidates[*best_index].quality)) {
       best_index = i;
     }
   }

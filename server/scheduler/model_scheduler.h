@@ -104,6 +104,9 @@ struct SchedulerOptions {
   std::vector<Solver> solvers{Solver::kEuler};
   /// Measured quality per (solver, steps); empty = Euler at every step count, quality = steps.
   std::vector<StepCandidate> candidates;
+  /// Budgeted choices within this much quality of the best affordable one count as equal; the
+  /// cheapest of them is taken (config.pbtxt quality_tolerance).
+  double quality_tolerance = 0;
   std::shared_ptr<ComputeGate> gate;       // optional
   SchedulerObserver* observer = nullptr;   // optional, must outlive the scheduler
 };

@@ -34,7 +34,8 @@ constexpr int kTrainedDepth = 4;  // tiny models: L = 4, steps 1..8
 
 // Builds the e2e repository: the test models, a copy of tiny-albert whose queue holds 2 inputs
 // and waits 300 ms to fill a batch (for overload, deadline and drain tests), a copy that pads
-// batches to 8-token lengths, a copy that asks for bfloat16, and a broken model.
+// batches to 8-token lengths, a copy that asks for bfloat16, a copy whose step choice takes the
+// cheapest point within 0.2 of the best quality, and a broken model.
 fs::path MakeRepository() {
   const fs::path repo = testing::CopyToTemp(ODESERVE_TEST_REPOSITORY, "e2e-repo");
   fs::remove(repo / ".stamp");
@@ -47,6 +48,8 @@ fs::path MakeRepository() {
   testing::EditConfig(repo / "padded-albert", "max_queue_size: 64", "max_queue_size: 64\n  pad_to_multiple: 8");
   fs::copy(repo / "tiny-albert", repo / "bf16-albert", fs::copy_options::recursive);
   testing::EditConfig(repo / "bf16-albert", "name: \"tiny-albert\"", "name: \"bf16-albert\"\ncompute_precision: BFLOAT16");
+  fs::copy(repo / "tiny-albert", repo / "tolerant-albert", fs::copy_options::recursive);
+  testing::EditConfig(repo / "tolerant-albert", "name: \"tiny-albert\"", "name: \"tolerant-albert\"\nquality_tolerance: 0.2");
   fs::copy(repo / "tiny-classifier", repo / "broken-classifier", fs::copy_options::recursive);
   testing::EditConfig(repo / "broken-classifier", "name: \"tiny-classifier\"", "name: \"broken-classifier\"");
   testing::EditConfig(repo / "broken-classifier", "trained_depth: 4", "trained_depth: 0");
@@ -275,7 +278,7 @@ TEST_F(ServerTest, ListAndGetModelDescribeModelsAndTheBrokenOne) {
   EXPECT_EQ(by_name["broken-classifier"].state(), v1::FAILED);
   EXPECT_THAT(by_name["broken-classifier"].error(), AllOf(HasSubstr("config.pbtxt"), HasSubstr("trained_depth")));
   for (const std::string name : {"tiny-albert", "tiny-sharebert", "tiny-eelbert", "tiny-classifier", "tiny-translator",
-                                 "slow-queue", "padded-albert", "bf16-albert"}) {
+                                 "slow-queue", "padded-albert", "bf16-albert", "tolerant-albert"}) {
     EXPECT_EQ(by_name[name].state(), v1::READY) << name;
   }
 
@@ -297,6 +300,24 @@ TEST_F(ServerTest, ListAndGetModelDescribeModelsAndTheBrokenOne) {
                 info.cost_model().fixed_seconds(), 0);
   EXPECT_GT(info.parameters(), 1000);
   EXPECT_GT(info.size_bytes(), 10000);
+}
+
+TEST_F(ServerTest, QualityToleranceBuysTheCheapestStepsWithinItOfTheBest) {
+  // tiny-albert's profile: Euler 4 (= L) agrees with itself (1.0), Euler 1 scores 0.86 and every
+  // other point lies between. With all the time in the world, the best point wins; with a
+  // tolerance of 0.2 every point counts as good enough and the cheapest, Euler 1, wins.
+  EXPECT_EQ(Describe("tiny-albert").quality_tolerance(), 0.0);
+  EXPECT_DOUBLE_EQ(Describe("tolerant-albert").quality_tolerance(), 0.2);
+  for (const auto& [name, steps] : std::vector<std::pair<std::string, int>>{{"tiny-albert", kTrainedDepth},
+                                                                            {"tolerant-albert", 1}}) {
+    EmbedRequest request = EmbedOf(name, {"tools for the command line and a library"});
+    request.mutable_compute()->mutable_latency_budget()->set_seconds(10);
+    EmbedResponse response;
+    ASSERT_TRUE(Embed(request, &response).ok()) << name;
+    EXPECT_EQ(response.report().step_choice(), v1::BUDGET) << name;
+    EXPECT_EQ(response.report().solver(), v1::EULER) << name;
+    EXPECT_EQ(response.report().steps(), steps) << name;
+  }
 }
 
 TEST_F(ServerTest, PaddedBatchesServeTheSameEmbeddings) {
@@ -374,7 +395,9 @@ TEST_F(ServerTest, Bfloat16ModelPadsByDefaultAndServesCloseToFloat32) {
       scale = std::max<double>(scale, std::abs(plain.embeddings(r).values(i)));
     }
     EXPECT_LE(diff, 0.05 * scale) << "row " << r << ": bfloat16 products, float32 state";
-    if (!bfloat16) EXPECT_LE(diff, 1e-5 * std::max(1.0, scale)) << "row " << r << ": the float32 fallback";
+    if (!bfloat16) {
+      EXPECT_LE(diff, 1e-5 * std::max(1.0, scale)) << "row " << r << ": the float32 fallback";
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -202,6 +203,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfigCase{"ComputePrecisionUnknown", "tiny-albert",
                       [](Config& c, Dir) { c.set_compute_precision(static_cast<v1::ComputePrecision>(7)); },
                       "compute_precision", "FLOAT32 or BFLOAT16"},
+        BadConfigCase{"QualityToleranceNegative", "tiny-albert",
+                      [](Config& c, Dir) { c.set_quality_tolerance(-0.01); }, "quality_tolerance",
+                      "must be a finite number >= 0, got -0.01"},
+        BadConfigCase{"QualityToleranceNotANumber", "tiny-albert",
+                      [](Config& c, Dir) { c.set_quality_tolerance(std::nan("")); }, "quality_tolerance",
+                      "must be a finite number >= 0, got nan"},
         BadConfigCase{"TaskUnspecified", "tiny-albert",
                       [](Config& c, Dir) { c.set_task(v1::TASK_UNSPECIFIED); }, "task", ""},
         BadConfigCase{"TorchscriptFileMissing", "tiny-albert",

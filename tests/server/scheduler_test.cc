@@ -747,7 +747,9 @@ TEST(ContinuousBatching, ACancelledQueuedCallIsDroppedAtTheStepBoundary) {
   auto pending = std::make_shared<std::unique_ptr<WorkItem>>(std::move(item));
   bool done_by_step_2 = false;
   j.executor->on_iteration_ = [&, pending](int iteration) {
-    if (iteration == 1) EXPECT_TRUE(j.scheduler->Submit(std::move(*pending)).ok());
+    if (iteration == 1) {
+      EXPECT_TRUE(j.scheduler->Submit(std::move(*pending)).ok());
+    }
     if (iteration == 2) done_by_step_2 = cancelled.called();  // dropped at boundary 1, mid-batch
   };
   ASSERT_TRUE(j.scheduler->Submit(Item({Row(1, 10)}, 4, running)).ok());
@@ -905,6 +907,32 @@ TEST_F(Planning, TighterBudgetPicksACheaperCandidate) {
   EXPECT_EQ(plan->choice, StepChoiceKind::kBudget);
   EXPECT_LE(plan->predicted_total, absl::Microseconds(8500));
   // 4.5 ms leaves 2 evaluations: Heun 1 (0.65) beats Euler 2 (0.60).
+  plan = scheduler_->MakePlan(Budgeted(absl::Microseconds(4500)));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->solver, Solver::kHeun);
+  EXPECT_EQ(plan->steps, 1);
+}
+
+TEST_F(Planning, QualityWithinTheToleranceOfTheBestBuysTheCheapestChoice) {
+  // Everything fits 1 s; the best is Heun 8 (1.00, 16 evaluations). Within 0.20 of it the
+  // cheapest is Euler 6 (0.80, 6 evaluations); Heun 4 and RK4 4-8 are as good but dearer.
+  SchedulerOptions options = options_;
+  options.quality_tolerance = 0.20 + 1e-9;
+  auto executor = std::make_shared<FakeExecutor>();
+  executor->synthetic_seconds_ = SyntheticSeconds;
+  auto tolerant = Calibrated(options, executor);
+  auto plan = tolerant->MakePlan(Budgeted(absl::Seconds(1)));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->solver, Solver::kEuler);
+  EXPECT_EQ(plan->steps, 6);
+  EXPECT_EQ(plan->choice, StepChoiceKind::kBudget);
+  // The tolerance counts from the best choice that fits: 4.5 ms affords 2 evaluations, the best
+  // of which is Heun 1 (0.65); Euler 1 (0.55, 1 evaluation) is within 0.20 of it.
+  plan = tolerant->MakePlan(Budgeted(absl::Microseconds(4500)));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->solver, Solver::kEuler);
+  EXPECT_EQ(plan->steps, 1);
+  // Without a tolerance (the default) the same budget buys the highest quality.
   plan = scheduler_->MakePlan(Budgeted(absl::Microseconds(4500)));
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->solver, Solver::kHeun);
