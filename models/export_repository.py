@@ -69,6 +69,8 @@ def main():
     ap.add_argument("--compute-precision", default="FLOAT32", choices=["FLOAT32", "BFLOAT16"],
                     help="config.pbtxt compute_precision (the server's bfloat16 autocast option)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--quality-tolerance", type=float, default=0.0,
+                    help="config quality_tolerance: step choice takes the cheapest point within this of the best")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     model, enc, args, labels = load_run(a.run, a.task)
@@ -80,12 +82,13 @@ def main():
                "fine-tuned from the jointly trained encoder, English cross-entropy plus en<->xx alignment pairs"
                if args.get("objective") == "classify" else "jointly with the contrastive objective"))
     if a.task == "EMBEDDING" and args.get("init"):
-        how += "; training continued from %s" % args["init"]
+        how += "; training continued from an earlier export (%s at the time)" % args["init"]
     desc = DESCRIPTIONS[args["family"]].format(how=how, **args)
     hash_cfg = dict(dim=args["hash_dim"], seed=args["hash_seed"], orders=[2, 3, 4]) if args["family"] == "eelbert" else None
     cfg = config_text(a.name, model, a.task, desc, args["max_len"], steps=(1, 2 * L, L),
                       labels=labels if a.task == "CLASSIFICATION" else (), languages=LANGS,
-                      hash_cfg=hash_cfg, version=a.version, compute_precision=a.compute_precision)
+                      hash_cfg=hash_cfg, version=a.version, compute_precision=a.compute_precision,
+                      quality_tolerance=a.quality_tolerance)
     # export first (with a placeholder-free profile written after measuring the exported file)
     d = export_model(a.out, a.name, model, args["tokenizer"], cfg, quality_text("pending", []))
     cfg_d, tok_d, m_d = load_model_dir(d)

@@ -55,6 +55,20 @@ def training_summary(run):
     return args, steps
 
 
+def write_section(report, block, begin, end, anchor):
+    """Replaces the report's text between the begin/end markers with `block` (which holds
+    them), or inserts it before the `anchor` heading on first use."""
+    text = open(report).read()
+    if begin in text:
+        text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
+    else:
+        at = text.index(anchor)
+        text = text[:at] + block + "\n\n" + text[at:]
+    with open(report, "w") as f:
+        f.write(text)
+    print("wrote", report)
+
+
 def section(a):
     new, old, base = index(load("classify-sections")), index(load("classify-sections-64")), load("baselines")
     served = load("served-classify")
@@ -138,26 +152,23 @@ def section(a):
     return "\n".join(out)
 
 
-def main():
+def report_main(section_of, begin, end, anchor, add_arguments):
+    """A report script's command line: its own arguments, --date and --report; writes its
+    section (section_of(args)) between the markers."""
     ap = argparse.ArgumentParser()
+    add_arguments(ap)
+    ap.add_argument("--date", default=time.strftime("%Y-%m-%d", time.gmtime()))
+    ap.add_argument("--report", default=os.path.join(HERE, "EVAL.md"))
+    a = ap.parse_args()
+    write_section(a.report, section_of(a), begin, end, anchor)
+
+
+def arguments(ap):
     ap.add_argument("--run", required=True, help="the training run of the served classifier")
     ap.add_argument("--command", required=True, help="the command that trained it, quoted in the report")
     ap.add_argument("--selection", default="", help="how this model was chosen (a sentence for the report)")
     ap.add_argument("--previous-max-len", type=int, default=64)
-    ap.add_argument("--date", default=time.strftime("%Y-%m-%d", time.gmtime()))
-    ap.add_argument("--report", default=os.path.join(HERE, "EVAL.md"))
-    a = ap.parse_args()
-    text = open(a.report).read()
-    block = section(a)
-    if BEGIN in text:
-        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-    else:
-        at = text.index(ANCHOR)
-        text = text[:at] + block + "\n\n" + text[at:]
-    with open(a.report, "w") as f:
-        f.write(text)
-    print("wrote", a.report)
 
 
 if __name__ == "__main__":
-    main()
+    report_main(section, BEGIN, END, ANCHOR, arguments)

@@ -18,10 +18,12 @@ def config_text(name: str, model: SharedEncoderBase, task: str, description: str
                 labels: Sequence[str] = (), languages: Sequence[str] = (),
                 hash_cfg: Optional[Dict] = None, batching: Optional[Dict] = None,
                 max_inputs_per_request: int = 64, version: str = "1",
-                translation: Optional[Dict] = None, compute_precision: str = "FLOAT32") -> str:
+                translation: Optional[Dict] = None, compute_precision: str = "FLOAT32",
+                quality_tolerance: float = 0.0) -> str:
     """translation (task TRANSLATION): dict with decoder_trained_depth, decoder_steps (min, max,
     default), max_output_tokens, source_language, target_language, expected_output_ratio,
-    max_beam_size, optional length_penalty (beam ranking exponent). compute_precision: FLOAT32 or BFLOAT16 (the server's autocast option)."""
+    max_beam_size, optional length_penalty (beam ranking exponent). compute_precision: FLOAT32 or BFLOAT16 (the server's autocast option).
+    quality_tolerance: budgeted step choice takes the cheapest point within this of the best (0: the best)."""
     assert compute_precision in ("FLOAT32", "BFLOAT16"), compute_precision
     b = batching or dict(max_batch_size=32, max_batch_tokens=4096, max_queue_delay_us=500,
                          max_queue_size=512)
@@ -81,6 +83,8 @@ def config_text(name: str, model: SharedEncoderBase, task: str, description: str
     L.append("parameters: %d" % count_parameters(model))
     if compute_precision != "FLOAT32":
         L.append("compute_precision: %s" % compute_precision)
+    if quality_tolerance:
+        L.append("quality_tolerance: %g" % quality_tolerance)
     return "\n".join(L) + "\n"
 
 
