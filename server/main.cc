@@ -41,6 +41,9 @@ ABSL_FLAG(std::string, device, "cpu", "Device for every model: cpu, cuda or cuda
 ABSL_FLAG(int, intra_op_threads, 0, "LibTorch intra-op threads (0 = one per CPU).");
 ABSL_FLAG(int, parallel_min_tokens, odeserve::runtime::kDefaultParallelMinTokens,
           "Model calls over fewer padded tokens run on one intra-op thread (0 = all threads always).");
+ABSL_FLAG(bool, row_parallel, true,
+          "Float32 CPU models split large calls' rows across the intra-op threads, one thread each "
+          "(their matrix products run on one OpenBLAS thread, so that is how they use every core).");
 ABSL_FLAG(int, compute_slots, 1, "Batches computing at once across all models.");
 ABSL_FLAG(bool, calibrate, true, "Calibrate each model's cost model with a warm-up at load.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(20),
@@ -82,7 +85,8 @@ int Run() {
     return 1;
   }
   const runtime::ThreadingReport threading = runtime::ConfigureThreading(absl::GetFlag(FLAGS_intra_op_threads),
-                                                                              absl::GetFlag(FLAGS_parallel_min_tokens));
+                                                                              absl::GetFlag(FLAGS_parallel_min_tokens),
+                                                                              absl::GetFlag(FLAGS_row_parallel));
   LogInfo(absl::StrCat("odeserve ", ODESERVE_VERSION, " (", ODESERVE_COMMIT, ") libtorch ", TORCH_VERSION,
                        "; ", threading.summary()));
 

@@ -3,11 +3,15 @@
 #include <dlfcn.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <thread>
+#include <vector>
 
 #include <ATen/Parallel.h>
+#include <ATen/ops/cat.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include "absl/strings/str_cat.h"
@@ -19,11 +23,13 @@ namespace {
 // whatever count the thread has.
 std::atomic<int> g_intra_op_threads{0};
 std::atomic<int> g_parallel_min_tokens{0};
+std::atomic<bool> g_row_parallel{false};
 
 }  // namespace
 
 std::string ThreadingReport::summary() const {
   return absl::StrCat("intra_op_threads=", intra_op_threads, " parallel_min_tokens=", parallel_min_tokens,
+                      " row_parallel=", row_parallel ? "true" : "false",
                       " inter_op_threads=", inter_op_threads,
                       " openblas=", openblas_found ? absl::StrCat("threads:", openblas_threads,
                                                                   " core:", openblas_core)
@@ -31,7 +37,7 @@ std::string ThreadingReport::summary() const {
                       " onednn_cache=", onednn_cache_capacity);
 }
 
-ThreadingReport ConfigureThreading(int intra_op_threads, int parallel_min_tokens) {
+ThreadingReport ConfigureThreading(int intra_op_threads, int parallel_min_tokens, bool row_parallel) {
   ThreadingReport report;
   // Read by oneDNN once, at its first primitive: before any model loads. The caller's wins.
   setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", kOneDnnCacheCapacity, /*overwrite=*/0);
@@ -50,6 +56,8 @@ ThreadingReport ConfigureThreading(int intra_op_threads, int parallel_min_tokens
   report.intra_op_threads = at::get_num_threads();
   report.parallel_min_tokens = parallel_min_tokens;
   g_parallel_min_tokens = parallel_min_tokens;
+  report.row_parallel = row_parallel;
+  g_row_parallel = row_parallel;
   g_intra_op_threads = report.intra_op_threads;
   report.inter_op_threads = at::get_num_interop_threads();
 
@@ -76,6 +84,40 @@ void SetIntraOpThreadsFor(int64_t tokens) {
   const int threads = g_intra_op_threads.load();
   if (threads <= 0) return;
   omp_set_num_threads(tokens < g_parallel_min_tokens.load() ? 1 : threads);
+}
+
+int RowChunksFor(int64_t rows, int64_t tokens) {
+  const int threads = g_intra_op_threads.load();
+  if (!g_row_parallel.load() || threads <= 1 || tokens < kRowParallelMinTokens) return 1;
+  return static_cast<int>(std::min<int64_t>(rows, threads));
+}
+
+at::Tensor EvaluateRowChunks(int chunks, const at::Tensor& a, const at::Tensor& b,
+                             const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& fn) {
+  const int64_t rows = a.size(0);
+  if (chunks <= 1 || rows <= 1) return fn(a, b);
+  chunks = static_cast<int>(std::min<int64_t>(chunks, rows));
+  // InferenceMode and the graph-executor switch are thread-local: the OpenMP workers start
+  // without the caller's.
+  const bool optimize = torch::jit::getGraphExecutorOptimize();
+  std::vector<at::Tensor> parts(chunks);
+  // The team is sized here, not by the call's token count (SetIntraOpThreadsFor).
+  const int previous_threads = omp_get_max_threads();
+  omp_set_num_threads(chunks);
+  struct RestoreThreads {
+    int count;
+    ~RestoreThreads() { omp_set_num_threads(count); }
+  } restore{previous_threads};
+  at::parallel_for(0, chunks, 1, [&](int64_t begin, int64_t end) {
+    c10::InferenceMode inference;
+    torch::jit::GraphOptimizerEnabledGuard graph(optimize);
+    for (int64_t c = begin; c < end; ++c) {
+      const int64_t first = rows * c / chunks;
+      const int64_t count = rows * (c + 1) / chunks - first;
+      parts[c] = fn(a.narrow(0, first, count), b.narrow(0, first, count));
+    }
+  });
+  return at::cat(parts);
 }
 
 IntraOpThreadsScope::IntraOpThreadsScope() {

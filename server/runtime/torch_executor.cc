@@ -93,10 +93,17 @@ void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
 
   const int evaluations = scheduler::EvaluationsPerStep(batch.solver);
   int iteration = 0;
+  // Float32 products on the CPU run on one OpenBLAS thread, so large calls split their rows
+  // across the intra-op threads instead (RowChunksFor); bfloat16 (oneDNN) parallelizes inside.
+  const bool row_parallel = model_->device().is_cpu() && model_->precision() == ComputePrecision::kFloat32;
+  const auto vector_field = [this](const torch::Tensor& state, const torch::Tensor& state_mask) {
+    return model_->VectorFieldUnchecked(state, state_mask);
+  };
   while (!active.empty()) {
     torch::Tensor current_mask = mask;
+    const int chunks = row_parallel ? RowChunksFor(h.size(0), mask.numel()) : 1;
     const VectorField field = [&](const torch::Tensor& state) {
-      return model_->VectorFieldUnchecked(state, current_mask);
+      return EvaluateRowChunks(chunks, state, current_mask, vector_field);
     };
     SetIntraOpThreadsFor(mask.numel());
     h = SolverStep(batch.solver, field, h, dt);

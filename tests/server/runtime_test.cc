@@ -6,6 +6,11 @@
 #include <set>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <stdexcept>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -419,6 +424,106 @@ TEST(PaddedLength, RoundsUpToTheMultipleWithinTheLimit) {
   EXPECT_EQ(scheduler::PaddedLength(0, 16, 64), 0) << "an empty batch stays empty";
 }
 
+// Threading is process-wide: restores the suite's single thread and graph-executor setting.
+class ThreadingRestorer {
+ public:
+  ThreadingRestorer() : optimize_(torch::jit::getGraphExecutorOptimize()) {}
+  ~ThreadingRestorer() {
+    ConfigureThreading(1, 0);
+    torch::jit::setGraphExecutorOptimize(optimize_);
+  }
+
+ private:
+  bool optimize_;
+};
+
+TEST_P(EveryTinyModel, RowParallelRunsMatchOneThread) {
+  TorchExecutor executor(tiny_->model, tiny_->layout);
+  // Every text four times, with different step counts, so that rows leave while others run.
+  ExecBatch batch{scheduler::Solver::kHeun, {}};
+  for (int copy = 0; copy < 4; ++copy) {
+    for (const auto& row : tiny_->rows) batch.rows.push_back({&row, 1 + static_cast<int>((copy + batch.rows.size()) % 3), {}});
+  }
+  RunResult one_thread = RunBatch(executor, batch);
+  ASSERT_TRUE(one_thread.stats.ok()) << one_thread.stats.status();
+
+  ThreadingRestorer restore;
+  ConfigureThreading(2, kDefaultParallelMinTokens, /*row_parallel=*/true);
+  auto [x, mask] = executor.MakeInputs(batch.rows);
+  ASSERT_EQ(RowChunksFor(mask.size(0), mask.numel()), 2) << "the batch must be large enough to split";
+  RunResult split;
+  std::thread batcher([&] { split = RunBatch(executor, batch); });  // a fresh thread, as a batcher
+  batcher.join();
+  ASSERT_TRUE(split.stats.ok()) << split.stats.status();
+  EXPECT_EQ(split.stats->token_evaluations, one_thread.stats->token_evaluations);
+  for (size_t r = 0; r < batch.rows.size(); ++r) {
+    EXPECT_EQ(split.done_calls[r], 1) << r;
+    EXPECT_LE(MaxAbsDiff(split.outputs[r], one_thread.outputs[r]), Tolerance(one_thread.outputs[r])) << "row " << r;
+  }
+}
+
+TEST(Threading, RowChunksFollowTheFlagThreadsAndSize) {
+  ThreadingRestorer restore;
+  ConfigureThreading(2, kDefaultParallelMinTokens, /*row_parallel=*/true);
+  EXPECT_EQ(RowChunksFor(4, kRowParallelMinTokens), 2);
+  EXPECT_EQ(RowChunksFor(4, kRowParallelMinTokens - 1), 1) << "small calls stay whole";
+  EXPECT_EQ(RowChunksFor(1, 4 * kRowParallelMinTokens), 1) << "one row cannot split";
+  ConfigureThreading(2, kDefaultParallelMinTokens, /*row_parallel=*/false);
+  EXPECT_EQ(RowChunksFor(4, 4 * kRowParallelMinTokens), 1);
+  ConfigureThreading(1, kDefaultParallelMinTokens, /*row_parallel=*/true);
+  EXPECT_EQ(RowChunksFor(4, 4 * kRowParallelMinTokens), 1) << "one intra-op thread";
+}
+
+TEST(Threading, RowChunksRunAtOnceInOrderUnderInferenceMode) {
+  ThreadingRestorer restore;
+  ConfigureThreading(2, kDefaultParallelMinTokens, /*row_parallel=*/true);
+  const torch::Tensor a = torch::arange(30, torch::kFloat32).reshape({10, 3});
+  const torch::Tensor b = torch::ones({10, 3});
+  std::mutex mutex;
+  std::set<std::thread::id> threads;
+  std::vector<int64_t> chunk_rows;
+  bool always_inference = true;
+  // Each chunk waits until both have started, so they must run at the same time.
+  std::atomic<int> started{0};
+  const auto fn = [&](const torch::Tensor& x, const torch::Tensor& y) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      threads.insert(std::this_thread::get_id());
+      chunk_rows.push_back(x.size(0));
+      always_inference = always_inference && c10::InferenceMode::is_enabled();
+    }
+    ++started;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (started.load() < 2 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    return x * 2 + y;
+  };
+  torch::Tensor result;
+  std::thread batcher([&] {
+    IntraOpThreadsScope scope;
+    result = EvaluateRowChunks(2, a, b, fn);
+  });
+  batcher.join();
+  EXPECT_TRUE(torch::equal(result, a * 2 + b)) << "rows come back in order";
+  EXPECT_EQ(threads.size(), 2u);
+  EXPECT_THAT(chunk_rows, ::testing::UnorderedElementsAre(5, 5));
+  EXPECT_TRUE(always_inference);
+
+  const auto fails = [](const torch::Tensor& x, const torch::Tensor&) -> torch::Tensor {
+    if (x.size(0) > 0) throw std::runtime_error("field failed");
+    return x;
+  };
+  std::string error;
+  std::thread failing([&] {
+    try {
+      EvaluateRowChunks(2, a, b, fails);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  failing.join();
+  EXPECT_EQ(error, "field failed") << "a worker's exception reaches the caller";
+}
+
 TEST_P(EveryTinyModel, StepCountsChangeTheOutput) {
   // Guards the test above: the tiny models' fields are strong enough that steps matter.
   TorchExecutor executor(tiny_->model, tiny_->layout);
@@ -768,9 +873,7 @@ TEST(Solvers, ConvergenceOrdersOnATanhField) {
 }
 
 TEST(Threading, SmallCallsRunOnOneThreadAndOnlyTheCallingThreadChanges) {
-  // ConfigureThreading is process-wide: this test restores the suite's single thread and the
-  // graph executor setting after.
-  const bool optimize = torch::jit::getGraphExecutorOptimize();
+  ThreadingRestorer restore;
   const ThreadingReport report = ConfigureThreading(2, /*parallel_min_tokens=*/64);
   EXPECT_EQ(report.parallel_min_tokens, 64);
   EXPECT_THAT(report.summary(), HasSubstr("parallel_min_tokens=64"));
@@ -791,9 +894,6 @@ TEST(Threading, SmallCallsRunOnOneThreadAndOnlyTheCallingThreadChanges) {
   EXPECT_EQ(large, 2);
   EXPECT_EQ(restored, 2) << "the scope restores the thread's count";
   EXPECT_EQ(at::get_num_threads(), 2) << "another thread's count is its own";
-  ConfigureThreading(1, 0);
-  torch::jit::setGraphExecutorOptimize(optimize);
-  EXPECT_EQ(at::get_num_threads(), 1);
 }
 
 TEST(Solvers, EachRowUsesItsOwnStepSize) {
