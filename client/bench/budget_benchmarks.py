@@ -14,7 +14,9 @@ document with every figure (and writes each bench report + SVG under --out):
      explicitly (no budget) at 1/6 of saturation, and budgeted calls (0.5x and 1x B1) at 1/6;
   4. the oracle: for every fixed step count, the same load; per budget class the largest step
      count that meets the budget for >= 99% of calls; adaptive mean steps / oracle steps;
-  5. dynamic batching: closed loop, concurrency 32, max_batch_size from the config vs 1;
+  5. dynamic batching: closed loop, concurrency 32, max_batch_size from the config vs 1, inputs
+     cut to --batching_tokens tokens (both servers run a repository copy whose
+     --batching_model has that max_sequence_length; calls truncate);
   6. overload: open loop at 3x saturation for 60 s; health latency sampled every 0.5 s, RSS of
      the server sampled every second, codes of refused calls.
 
@@ -144,6 +146,8 @@ def main():
     ap = argparse.ArgumentParser()
     add_common_arguments(ap)
     ap.add_argument("--batching_model", default="embed-sharebert")
+    ap.add_argument("--batching_tokens", type=int, default=32,
+                    help="dynamic batching: inputs cut to this many tokens (bos/eos included); 0 = the model's own limit")
     ap.add_argument("--duration", default="20s")
     ap.add_argument("--out", default="")
     ap.add_argument("--server_flags", default="", help="extra odeserve flags, space-separated")
@@ -251,16 +255,23 @@ def main():
 
     # 5. Dynamic batching vs max_batch_size 1 (closed loop, concurrency 32).
     if "batching" not in skip:
+        def cut(text):
+            if args.batching_tokens <= 0:
+                return text
+            return re.sub(r"max_sequence_length:\s*\d+", "max_sequence_length: %d" % args.batching_tokens, text)
+
+        repo_dynamic = repository_copy(args.repository, out, "repo-batching", args.batching_model, cut)
         repo_b1 = repository_copy(args.repository, out, "repo-batch1", args.batching_model,
-                                  lambda text: re.sub(r"max_batch_size:\s*\d+", "max_batch_size: 1", text))
+                                  lambda text: re.sub(r"max_batch_size:\s*\d+", "max_batch_size: 1", cut(text)))
         throughput = {}
-        for name, repo in (("dynamic", args.repository), ("batch1", repo_b1)):
+        for name, repo in (("dynamic", repo_dynamic), ("batch1", repo_b1)):
             s = start_server(repo, "batching-" + name)
             r = bench.run("batching-" + name, s, ["--concurrency", "32", "--duration", "15s", "--warmup", "3s"],
                           method="embed", model=args.batching_model)
             throughput[name] = r["throughput_rps"]
             s.stop()
-        result["batching"] = {"dynamic_rps": throughput["dynamic"], "max_batch_1_rps": throughput["batch1"],
+        result["batching"] = {"tokens": args.batching_tokens,
+                              "dynamic_rps": throughput["dynamic"], "max_batch_1_rps": throughput["batch1"],
                               "ratio": throughput["dynamic"] / throughput["batch1"]}
 
     # 6. Overload at 3x saturation for 60 s.
