@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+import timeit
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -65,12 +66,8 @@ def kernels(calls):
     ctypes.CDLL("libopenblas.so.0").openblas_set_num_threads(1)
 
     def mean_us(fn):
-        for _ in range(20):
-            fn()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        return (time.perf_counter() - start) / calls * 1e6
+        timeit.timeit(fn, number=20)  # warm-up
+        return timeit.timeit(fn, number=calls) / calls * 1e6
 
     for rows in (32, 128, 1024):
         x, w, b = torch.randn(rows, 192), torch.randn(576, 192), torch.randn(576)
