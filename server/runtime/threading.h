@@ -27,7 +27,8 @@ inline constexpr int kDefaultParallelMinTokens = 512;
 // Float32 CPU calls of at least this many padded tokens split their rows across the intra-op
 // threads (RowChunksFor). Lower than kDefaultParallelMinTokens: a split call meets one barrier
 // per field evaluation, not one per operator. One Euler step of embed-sharebert over 2 and 4 rows
-// of 64 tokens, alone on a 2-core Zen 3: 3.73 -> 2.75 ms and 7.05 -> 4.68 ms.
+// of 64 tokens, float32, alone on a 2-core Zen 3: 2.99 -> 2.23 ms and 5.29 -> 3.49 ms
+// (docs/BENCHMARKS.md, "Float32 on a CPU without bfloat16").
 inline constexpr int64_t kRowParallelMinTokens = 128;
 
 struct ThreadingReport {
