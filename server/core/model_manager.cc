@@ -149,6 +149,11 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
         (dir / config.torchscript_file()).string(), ": the decoder has ", model->decoder_positions(),
         " positions but config translation.max_output_tokens is ", config.translation().max_output_tokens()));
   }
+  if (model->exported_logit_shortlist() > 0 && model->logit_shortlist() == 0) {
+    LogWarning(absl::StrCat("model ", config.name(), ": its bfloat16 vocabulary shortlist (exact_logit_candidates ",
+                            model->exported_logit_shortlist(), ") needs native bfloat16; decoding with the exact "
+                            "float32 projection"));
+  }
   servable->model = std::move(model);
   servable->size_bytes = repository::FolderSizeBytes(dir);
 

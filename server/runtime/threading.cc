@@ -86,21 +86,20 @@ void SetIntraOpThreadsFor(int64_t tokens) {
   omp_set_num_threads(tokens < g_parallel_min_tokens.load() ? 1 : threads);
 }
 
-int RowChunksFor(int64_t rows, int64_t tokens) {
+int RowChunksFor(int64_t rows, int64_t tokens, int64_t min_tokens) {
   const int threads = g_intra_op_threads.load();
-  if (!g_row_parallel.load() || threads <= 1 || tokens < kRowParallelMinTokens) return 1;
+  if (!g_row_parallel.load() || threads <= 1 || tokens < min_tokens) return 1;
   return static_cast<int>(std::min<int64_t>(rows, threads));
 }
 
-at::Tensor EvaluateRowChunks(int chunks, const at::Tensor& a, const at::Tensor& b,
-                             const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& fn) {
-  const int64_t rows = a.size(0);
-  if (chunks <= 1 || rows <= 1) return fn(a, b);
+std::vector<at::Tensor> EvaluateRowChunks(int chunks, const std::vector<at::Tensor>& inputs, const RowChunkFn& fn) {
+  const int64_t rows = inputs.front().size(0);
+  if (chunks <= 1 || rows <= 1) return fn(inputs);
   chunks = static_cast<int>(std::min<int64_t>(chunks, rows));
   // InferenceMode and the graph-executor switch are thread-local: the OpenMP workers start
   // without the caller's.
   const bool optimize = torch::jit::getGraphExecutorOptimize();
-  std::vector<at::Tensor> parts(chunks);
+  std::vector<std::vector<at::Tensor>> parts(chunks);
   // The team is sized here, not by the call's token count (SetIntraOpThreadsFor).
   const int previous_threads = omp_get_max_threads();
   omp_set_num_threads(chunks);
@@ -114,10 +113,18 @@ at::Tensor EvaluateRowChunks(int chunks, const at::Tensor& a, const at::Tensor& 
     for (int64_t c = begin; c < end; ++c) {
       const int64_t first = rows * c / chunks;
       const int64_t count = rows * (c + 1) / chunks - first;
-      parts[c] = fn(a.narrow(0, first, count), b.narrow(0, first, count));
+      std::vector<at::Tensor> slice;
+      for (const at::Tensor& input : inputs) slice.push_back(input.narrow(0, first, count));
+      parts[c] = fn(slice);
     }
   });
-  return at::cat(parts);
+  std::vector<at::Tensor> outputs;
+  for (size_t k = 0; k < parts.front().size(); ++k) {
+    std::vector<at::Tensor> pieces;
+    for (const auto& part : parts) pieces.push_back(part[k]);
+    outputs.push_back(at::cat(pieces));
+  }
+  return outputs;
 }
 
 IntraOpThreadsScope::IntraOpThreadsScope() {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -30,6 +31,8 @@ inline constexpr int kDefaultParallelMinTokens = 512;
 // of 64 tokens, float32, alone on a 2-core Zen 3: 2.99 -> 2.23 ms and 5.29 -> 3.49 ms
 // (docs/BENCHMARKS.md, "Float32 on a CPU without bfloat16").
 inline constexpr int64_t kRowParallelMinTokens = 128;
+// The same for a translation decoder call (one position per hypothesis): hypotheses at least.
+inline constexpr int64_t kRowParallelMinHypotheses = 8;
 
 struct ThreadingReport {
   int intra_op_threads = 0;
@@ -63,18 +66,20 @@ void SetIntraOpThreadsFor(int64_t tokens);
 
 /// How many contiguous row ranges a float32 CPU model call over `rows` rows and `tokens` padded
 /// tokens should be split into, each evaluated on one intra-op thread (EvaluateRowChunks): one
-/// per intra-op thread for a call of at least kRowParallelMinTokens tokens when row parallelism
-/// is on, else 1. Why: the server pins OpenBLAS to one thread, so inside one call every float32
-/// matrix product runs on one core whatever the intra-op count (a second thread bought 5% on a
+/// per intra-op thread for a call of at least `min_tokens` tokens when row parallelism is on,
+/// else 1. Why: the server pins OpenBLAS to one thread, so inside one call every float32 matrix
+/// product runs on one core whatever the intra-op count (a second thread bought 5% on a
 /// 32 x 64-token batch); independent rows on separate threads use every core for them.
-int RowChunksFor(int64_t rows, int64_t tokens);
+int RowChunksFor(int64_t rows, int64_t tokens, int64_t min_tokens = kRowParallelMinTokens);
 
-/// fn(a rows, b rows) over `chunks` contiguous row ranges of `a` and `b` (same first dimension)
-/// at once, one range per intra-op thread (operators inside run serially), concatenated along
-/// dim 0. Each worker runs under InferenceMode with the caller's graph-executor setting; the
-/// first exception is rethrown on the caller's thread.
-at::Tensor EvaluateRowChunks(int chunks, const at::Tensor& a, const at::Tensor& b,
-                             const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& fn);
+/// A model call on row ranges: the inputs' rows in, the outputs' rows out (dim 0 throughout).
+using RowChunkFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>& inputs)>;
+
+/// fn over `chunks` contiguous row ranges of `inputs` (all with the same first dimension) at
+/// once, one range per intra-op thread (operators inside run serially); each output is
+/// concatenated along dim 0. Each worker runs under InferenceMode with the caller's
+/// graph-executor setting; the first exception is rethrown on the caller's thread.
+std::vector<at::Tensor> EvaluateRowChunks(int chunks, const std::vector<at::Tensor>& inputs, const RowChunkFn& fn);
 
 /// Restores the calling thread's intra-op thread count when it goes out of scope.
 class IntraOpThreadsScope {

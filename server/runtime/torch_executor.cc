@@ -96,14 +96,14 @@ void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
   // Float32 products on the CPU run on one OpenBLAS thread, so large calls split their rows
   // across the intra-op threads instead (RowChunksFor); bfloat16 (oneDNN) parallelizes inside.
   const bool row_parallel = model_->device().is_cpu() && model_->precision() == ComputePrecision::kFloat32;
-  const auto vector_field = [this](const torch::Tensor& state, const torch::Tensor& state_mask) {
-    return model_->VectorFieldUnchecked(state, state_mask);
+  const RowChunkFn vector_field = [this](const std::vector<torch::Tensor>& in) {
+    return std::vector<torch::Tensor>{model_->VectorFieldUnchecked(in[0], in[1])};
   };
   while (!active.empty()) {
     torch::Tensor current_mask = mask;
     const int chunks = row_parallel ? RowChunksFor(h.size(0), mask.numel()) : 1;
     const VectorField field = [&](const torch::Tensor& state) {
-      return EvaluateRowChunks(chunks, state, current_mask, vector_field);
+      return EvaluateRowChunks(chunks, {state, current_mask}, vector_field)[0];
     };
     SetIntraOpThreadsFor(mask.numel());
     h = SolverStep(batch.solver, field, h, dt);

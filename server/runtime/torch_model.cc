@@ -17,6 +17,7 @@ constexpr const char* kRequiredMethods[] = {"input_stage", "vector_field", "outp
 constexpr const char* kDecoderMethods[] = {"cross_kv", "decoder_input", "decoder_field",
                                            "decoder_logits"};
 constexpr const char* kDecoderAttributes[] = {"decoder_depth", "max_len", "bos_id", "eos_id", "vocab_size"};
+constexpr const char* kShortlistAttribute = "exact_logit_candidates";
 
 }  // namespace
 
@@ -151,6 +152,10 @@ absl::StatusOr<std::unique_ptr<TorchModel>> TorchModel::Load(const std::string& 
       model->bos_id_ = m.attr("bos_id").toInt();
       model->eos_id_ = m.attr("eos_id").toInt();
       model->vocab_size_ = static_cast<int>(m.attr("vocab_size").toInt());
+      if (m.hasattr(kShortlistAttribute)) {
+        model->exported_logit_shortlist_ = static_cast<int>(m.attr(kShortlistAttribute).toInt());
+        model->UseLogitShortlist(NativeBfloat16(device));
+      }
     }
     return model;
   } catch (const c10::Error& e) {
@@ -186,6 +191,15 @@ TorchModel::DecoderFieldResult TorchModel::DecoderFieldUnchecked(
 }
 torch::Tensor TorchModel::DecoderLogitsUnchecked(const torch::Tensor& g) {
   return (*decoder_logits_)({g}).toTensor();
+}
+
+void TorchModel::UseLogitShortlist(bool use) {
+  // A TorchScript attribute is read at every call (the module is not frozen).
+  if (exported_logit_shortlist_ > 0) module_.setattr(kShortlistAttribute, use ? exported_logit_shortlist_ : 0);
+}
+
+int TorchModel::logit_shortlist() const {
+  return module_.hasattr(kShortlistAttribute) ? static_cast<int>(module_.attr(kShortlistAttribute).toInt()) : 0;
 }
 
 absl::StatusOr<torch::Tensor> TorchModel::Call(const char* method, const torch::Tensor& a,

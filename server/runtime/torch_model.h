@@ -75,6 +75,14 @@ class TorchModel {
                                            const torch::Tensor& cross_v, const torch::Tensor& cross_bias);
   torch::Tensor DecoderLogitsUnchecked(const torch::Tensor& g);
 
+  /// The bfloat16 vocabulary shortlist of decoder_logits (docs/MODEL_CONTRACT.md, attribute
+  /// exact_logit_candidates): `use` true restores the exported K, false runs the exact float32
+  /// projection. Load turns it off on a CPU without native bfloat16, where the emulated product
+  /// is about 9x slower than float32. No effect on a model exported without one.
+  void UseLogitShortlist(bool use);
+  int logit_shortlist() const;           // K in effect (0: float32 projection)
+  int exported_logit_shortlist() const { return exported_logit_shortlist_; }
+
   bool has_decoder() const { return decoder_depth_ > 0; }
   int decoder_depth() const { return decoder_depth_; }
   int decoder_positions() const { return decoder_positions_; }  // the decoder's position table
@@ -105,6 +113,7 @@ class TorchModel {
   int64_t bos_id_ = -1;
   int64_t eos_id_ = -1;
   int vocab_size_ = 0;
+  int exported_logit_shortlist_ = 0;
   int64_t parameter_count_ = 0;
 };
 

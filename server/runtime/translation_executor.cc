@@ -6,6 +6,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "server/runtime/threading.h"
 
 namespace odeserve::runtime {
 namespace {
@@ -152,20 +153,33 @@ void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const s
     on_done(search.row, output);
   };
 
+  const bool row_parallel = device.is_cpu() && model_->precision() == ComputePrecision::kFloat32;
+  const RowChunkFn decoder_field = [this](const std::vector<torch::Tensor>& in) {
+    TorchModel::DecoderFieldResult r = model_->DecoderFieldUnchecked(in[0], in[1], in[2], in[3], in[4], in[5]);
+    return std::vector<torch::Tensor>{std::move(r.field), std::move(r.cache_k), std::move(r.cache_v)};
+  };
+  const RowChunkFn decoder_logits = [this](const std::vector<torch::Tensor>& in) {
+    return std::vector<torch::Tensor>{model_->DecoderLogitsUnchecked(in[0])};
+  };
   for (int64_t position = 0; !live.empty(); ++position) {
     const int64_t hypotheses = static_cast<int64_t>(live.size()) * beam;
     const torch::Tensor tokens = torch::tensor(next_tokens, torch::kInt64).to(device);
     const torch::Tensor positions = torch::full({hypotheses}, position, torch::TensorOptions().dtype(torch::kInt64).device(device));
     torch::Tensor g = model_->DecoderInputUnchecked(tokens, positions).to(torch::kFloat32);  // float32 state
+    // Hypotheses are independent rows of every decoder call: float32 calls on the CPU split them
+    // across the intra-op threads (RowChunksFor), as the encoder's field evaluations do.
+    const int chunks = row_parallel ? RowChunksFor(hypotheses, hypotheses, kRowParallelMinHypotheses) : 1;
     for (int i = 0; i < steps; ++i) {
-      auto result = model_->DecoderFieldUnchecked(g, cache_k[i], cache_v[i], cross.k, cross.v, cross.bias);
-      cache_k[i] = std::move(result.cache_k);
-      cache_v[i] = std::move(result.cache_v);
-      g.add_(result.field, dt);
+      const std::vector<torch::Tensor> result =
+          EvaluateRowChunks(chunks, {g, cache_k[i], cache_v[i], cross.k, cross.v, cross.bias}, decoder_field);
+      cache_k[i] = result[1];
+      cache_v[i] = result[2];
+      g.add_(result[0], dt);
     }
     stats.decoder_calls += steps;
     stats.decoder_row_evaluations += int64_t{steps} * hypotheses;
-    const torch::Tensor log_probs = model_->DecoderLogitsUnchecked(g).to(torch::kCPU, torch::kFloat32);
+    const torch::Tensor log_probs =
+        EvaluateRowChunks(chunks, {g}, decoder_logits)[0].to(torch::kCPU, torch::kFloat32);
     const int64_t vocab = log_probs.size(1);
     std::vector<float> beam_scores;
     for (const auto& search : live) beam_scores.insert(beam_scores.end(), search.scores.begin(), search.scores.end());

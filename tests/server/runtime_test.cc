@@ -467,6 +467,8 @@ TEST(Threading, RowChunksFollowTheFlagThreadsAndSize) {
   ConfigureThreading(2, kDefaultParallelMinTokens, /*row_parallel=*/true);
   EXPECT_EQ(RowChunksFor(4, kRowParallelMinTokens), 2);
   EXPECT_EQ(RowChunksFor(4, kRowParallelMinTokens - 1), 1) << "small calls stay whole";
+  EXPECT_EQ(RowChunksFor(8, 8, kRowParallelMinHypotheses), 2) << "a decoder call's own threshold";
+  EXPECT_EQ(RowChunksFor(4, 4, kRowParallelMinHypotheses), 1);
   EXPECT_EQ(RowChunksFor(1, 4 * kRowParallelMinTokens), 1) << "one row cannot split";
   ConfigureThreading(2, kDefaultParallelMinTokens, /*row_parallel=*/false);
   EXPECT_EQ(RowChunksFor(4, 4 * kRowParallelMinTokens), 1);
@@ -485,7 +487,9 @@ TEST(Threading, RowChunksRunAtOnceInOrderUnderInferenceMode) {
   bool always_inference = true;
   // Each chunk waits until both have started, so they must run at the same time.
   std::atomic<int> started{0};
-  const auto fn = [&](const torch::Tensor& x, const torch::Tensor& y) {
+  const RowChunkFn fn = [&](const std::vector<torch::Tensor>& in) {
+    const torch::Tensor& x = in[0];
+    const torch::Tensor& y = in[1];
     {
       std::lock_guard<std::mutex> lock(mutex);
       threads.insert(std::this_thread::get_id());
@@ -495,27 +499,29 @@ TEST(Threading, RowChunksRunAtOnceInOrderUnderInferenceMode) {
     ++started;
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (started.load() < 2 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
-    return x * 2 + y;
+    return std::vector<torch::Tensor>{x * 2 + y, x.sum(1)};
   };
-  torch::Tensor result;
+  std::vector<torch::Tensor> result;
   std::thread batcher([&] {
     IntraOpThreadsScope scope;
-    result = EvaluateRowChunks(2, a, b, fn);
+    result = EvaluateRowChunks(2, {a, b}, fn);
   });
   batcher.join();
-  EXPECT_TRUE(torch::equal(result, a * 2 + b)) << "rows come back in order";
+  ASSERT_EQ(result.size(), 2u);
+  EXPECT_TRUE(torch::equal(result[0], a * 2 + b)) << "rows come back in order";
+  EXPECT_TRUE(torch::equal(result[1], a.sum(1))) << "every output is concatenated";
   EXPECT_EQ(threads.size(), 2u);
   EXPECT_THAT(chunk_rows, ::testing::UnorderedElementsAre(5, 5));
   EXPECT_TRUE(always_inference);
 
-  const auto fails = [](const torch::Tensor& x, const torch::Tensor&) -> torch::Tensor {
-    if (x.size(0) > 0) throw std::runtime_error("field failed");
-    return x;
+  const RowChunkFn fails = [](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
+    if (in[0].size(0) > 0) throw std::runtime_error("field failed");
+    return in;
   };
   std::string error;
   std::thread failing([&] {
     try {
-      EvaluateRowChunks(2, a, b, fails);
+      EvaluateRowChunks(2, {a, b}, fails);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -695,6 +701,28 @@ TEST_F(TranslationExecutorTest, EachRowTranslatesAsItWouldAlone) {
   EXPECT_GT(lengths.size(), 1u) << "rows must end at different positions for this test to mean anything";
 }
 
+TEST_F(TranslationExecutorTest, RowParallelDecodingMatchesOneThread) {
+  // 5 rows x beam 3: 15 hypotheses per decoder call at first, enough to split.
+  std::vector<ExecRow> rows;
+  for (size_t text = 0; text < 5; ++text) rows.push_back(RowOf(text, 4, 4, 3));
+  const ExecBatch batch{scheduler::Solver::kEuler, rows};
+  Translated one_thread = Translate(*executor_, batch);
+  ASSERT_TRUE(one_thread.stats.ok()) << one_thread.stats.status();
+
+  ThreadingRestorer restore;
+  ConfigureThreading(2, kDefaultParallelMinTokens, /*row_parallel=*/true);
+  ASSERT_EQ(RowChunksFor(15, 15, kRowParallelMinHypotheses), 2);
+  Translated split;
+  std::thread batcher([&] { split = Translate(*executor_, batch); });
+  batcher.join();
+  ASSERT_TRUE(split.stats.ok()) << split.stats.status();
+  EXPECT_EQ(split.stats->decoder_row_evaluations, one_thread.stats->decoder_row_evaluations);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    EXPECT_EQ(split.tokens[r], one_thread.tokens[r]) << "row " << r;
+    EXPECT_NEAR(split.scores[r], one_thread.scores[r], 1e-4) << "row " << r;
+  }
+}
+
 TEST_F(TranslationExecutorTest, LengthPenaltyRanksTheSameFinishedHypotheses) {
   // The search itself ranks raw log-probabilities; length_penalty only ranks the finished
   // hypotheses, by log-probability / tokens ^ penalty. So a larger penalty never picks a
@@ -808,6 +836,37 @@ TEST_F(TranslationExecutorTest, Bfloat16SearchFinishesEveryRowWithFloat32Scores)
     EXPECT_TRUE(std::isfinite(run.scores[r])) << r;
     EXPECT_LT(run.scores[r], 0.0f) << r;
   }
+}
+
+TEST(TranslationLogits, ShortlistRunsOnlyWithNativeBfloat16AndAgreesWithFloat32) {
+  const fs::path dir = ODESERVE_BUNDLED_TRANSLATOR;
+  auto config = repository::LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto loaded = TorchModel::Load((dir / config->torchscript_file()).string(), torch::Device(torch::kCPU),
+                                 config->trained_depth(), config->translation().decoder_trained_depth());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  TorchModel& model = **loaded;
+  ASSERT_GT(model.exported_logit_shortlist(), 0) << "the bundled translator is exported with a shortlist";
+  const bool native = NativeBfloat16(torch::Device(torch::kCPU));
+  EXPECT_EQ(model.logit_shortlist(), native ? model.exported_logit_shortlist() : 0)
+      << "emulated bfloat16 is slower than float32: Load turns the shortlist off without native support";
+
+  c10::InferenceMode guard;
+  // The decoder's input states of six tokens (the projection takes any [N, 1, H]).
+  const torch::Tensor tokens = torch::tensor(std::vector<int64_t>{model.bos_id(), 100, 200, 300, 400, 500});
+  const torch::Tensor positions = torch::tensor(std::vector<int64_t>{0, 1, 2, 3, 4, 5});
+  const torch::Tensor g = model.DecoderInputUnchecked(tokens, positions);
+  model.UseLogitShortlist(true);
+  EXPECT_EQ(model.logit_shortlist(), model.exported_logit_shortlist());
+  const torch::Tensor shortlist = model.DecoderLogitsUnchecked(g);
+  model.UseLogitShortlist(false);
+  EXPECT_EQ(model.logit_shortlist(), 0);
+  const torch::Tensor exact = model.DecoderLogitsUnchecked(g);
+  ASSERT_EQ(shortlist.sizes(), exact.sizes());
+  EXPECT_GT(MaxAbsDiff(shortlist, exact), 0.0) << "the two projections must differ: the switch took effect";
+  // The shortlist's candidates carry exact logits; only the normalizer sees the bfloat16 tail.
+  EXPECT_LE(MaxAbsDiff(std::get<0>(shortlist.topk(4)), std::get<0>(exact.topk(4))), 5e-3);
+  EXPECT_TRUE(torch::equal(std::get<1>(shortlist.topk(4)), std::get<1>(exact.topk(4))));
 }
 
 TEST(TorchExecutor, AllRowsAbandonedEndsTheRunAtOnce) {
