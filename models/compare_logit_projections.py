@@ -20,12 +20,16 @@ from odeserve_models.translation import beam_search, default_max_output_tokens  
 from odeserve_models.verify import load_model_dir  # noqa: E402
 
 
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="models/repository/translate-en-de", help="model folder")
+    ap.add_argument("--texts", default="tests/fixtures/descriptions-sample.txt", help="one text a line")
+    ap.add_argument("--n", type=int, default=100, help="texts to translate")
+    return ap.parse_args()
+
+
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="models/repository/translate-en-de")
-    ap.add_argument("--texts", default="tests/fixtures/descriptions-sample.txt")
-    ap.add_argument("--n", type=int, default=100)
-    args = ap.parse_args()
+    args = parse_args()
     torch.set_num_threads(1)
     cfg, tok, module = load_model_dir(args.model)
     exported = int(module.exact_logit_candidates)

@@ -78,7 +78,7 @@ class TorchModel {
   /// The bfloat16 vocabulary shortlist of decoder_logits (docs/MODEL_CONTRACT.md, attribute
   /// exact_logit_candidates): `use` true restores the exported K, false runs the exact float32
   /// projection. Load turns it off on a CPU without native bfloat16, where the emulated product
-  /// is about 9x slower than float32. No effect on a model exported without one.
+  /// is 7-16x slower than float32 (docs/BENCHMARKS.md). No effect on a model exported without one.
   void UseLogitShortlist(bool use);
   int logit_shortlist() const;           // K in effect (0: float32 projection)
   int exported_logit_shortlist() const { return exported_logit_shortlist_; }
