@@ -49,9 +49,9 @@ ThreadingReport ConfigureThreading(int intra_op_threads, int parallel_min_tokens
   } catch (const std::exception&) {
   }
   at::set_num_threads(intra_op_threads);
-  // The profiling executor re-specializes a method for every new input shape it meets, so the
-  // first batch of each (rows, length) pays milliseconds of compilation: latency would depend
-  // on history and the cost model could not predict it. Serving runs the graphs as scripted.
+  // For this thread only (LibTorch's switch is thread-local): the runtime benchmark and the
+  // tests run the graphs as scripted. Batcher threads keep the profiling executor, measured
+  // faster in serving (docs/BENCHMARKS.md, "graph executor"); their warm-up runs at load.
   torch::jit::setGraphExecutorOptimize(false);
   report.intra_op_threads = at::get_num_threads();
   report.parallel_min_tokens = parallel_min_tokens;
@@ -86,10 +86,10 @@ void SetIntraOpThreadsFor(int64_t tokens) {
   omp_set_num_threads(tokens < g_parallel_min_tokens.load() ? 1 : threads);
 }
 
-int RowChunksFor(int64_t rows, int64_t tokens, int64_t min_tokens) {
+int RowChunksFor(int64_t rows, int64_t tokens, int64_t min_tokens, int64_t min_rows_per_chunk) {
   const int threads = g_intra_op_threads.load();
   if (!g_row_parallel.load() || threads <= 1 || tokens < min_tokens) return 1;
-  return static_cast<int>(std::min<int64_t>(rows, threads));
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, rows / std::max<int64_t>(1, min_rows_per_chunk))));
 }
 
 std::vector<at::Tensor> EvaluateRowChunks(int chunks, const std::vector<at::Tensor>& inputs, const RowChunkFn& fn) {
@@ -101,7 +101,7 @@ std::vector<at::Tensor> EvaluateRowChunks(int chunks, const std::vector<at::Tens
   const bool optimize = torch::jit::getGraphExecutorOptimize();
   std::vector<std::vector<at::Tensor>> parts(chunks);
   // The team is sized here, not by the call's token count (SetIntraOpThreadsFor).
-  const int previous_threads = omp_get_max_threads();
+  const int previous_threads = at::get_num_threads();  // after ATen's per-thread first-use set-up
   omp_set_num_threads(chunks);
   struct RestoreThreads {
     int count;

@@ -49,7 +49,10 @@ struct ThreadingReport {
 
 /// Sets LibTorch's intra-op threads (0 = one per hardware thread), inter-op threads to 1 and
 /// OpenBLAS to one thread (found with dlsym, so any BLAS works), and turns off TorchScript's
-/// per-shape graph re-optimization; sizes oneDNN's kernel cache (kOneDnnCacheCapacity unless
+/// graph re-optimization on the calling thread only: LibTorch keeps that switch per thread, so
+/// batcher threads run the default profiling executor (forcing it off there made served calls
+/// 5-7% slower, docs/BENCHMARKS.md) while benchmarks and tests on this thread run the graphs as
+/// scripted; sizes oneDNN's kernel cache (kOneDnnCacheCapacity unless
 /// ONEDNN_PRIMITIVE_CACHE_CAPACITY is set). Calls under `parallel_min_tokens` padded tokens
 /// run on one thread (0: every call uses all intra-op threads). `row_parallel`: see
 /// RowChunksFor. Call once, before any model runs.
@@ -70,7 +73,10 @@ void SetIntraOpThreadsFor(int64_t tokens);
 /// else 1. Why: the server pins OpenBLAS to one thread, so inside one call every float32 matrix
 /// product runs on one core whatever the intra-op count (a second thread bought 5% on a
 /// 32 x 64-token batch); independent rows on separate threads use every core for them.
-int RowChunksFor(int64_t rows, int64_t tokens, int64_t min_tokens = kRowParallelMinTokens);
+/// `min_rows_per_chunk` keeps each range at least that many rows (the decoder's projection takes
+/// another code path, and rounds differently, for a single row).
+int RowChunksFor(int64_t rows, int64_t tokens, int64_t min_tokens = kRowParallelMinTokens,
+                 int64_t min_rows_per_chunk = 1);
 
 /// A model call on row ranges: the inputs' rows in, the outputs' rows out (dim 0 throughout).
 using RowChunkFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>& inputs)>;

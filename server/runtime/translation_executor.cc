@@ -168,7 +168,8 @@ void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const s
     torch::Tensor g = model_->DecoderInputUnchecked(tokens, positions).to(torch::kFloat32);  // float32 state
     // Hypotheses are independent rows of every decoder call: float32 calls on the CPU split them
     // across the intra-op threads (RowChunksFor), as the encoder's field evaluations do.
-    const int chunks = row_parallel ? RowChunksFor(hypotheses, hypotheses, kRowParallelMinHypotheses) : 1;
+    const int chunks =
+        row_parallel ? RowChunksFor(hypotheses, hypotheses, kRowParallelMinHypotheses, /*min_rows_per_chunk=*/2) : 1;
     for (int i = 0; i < steps; ++i) {
       const std::vector<torch::Tensor> result =
           EvaluateRowChunks(chunks, {g, cache_k[i], cache_v[i], cross.k, cross.v, cross.bias}, decoder_field);

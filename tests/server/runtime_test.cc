@@ -469,6 +469,8 @@ TEST(Threading, RowChunksFollowTheFlagThreadsAndSize) {
   EXPECT_EQ(RowChunksFor(4, kRowParallelMinTokens - 1), 1) << "small calls stay whole";
   EXPECT_EQ(RowChunksFor(8, 8, kRowParallelMinHypotheses), 2) << "a decoder call's own threshold";
   EXPECT_EQ(RowChunksFor(4, 4, kRowParallelMinHypotheses), 1);
+  EXPECT_EQ(RowChunksFor(3, 8, kRowParallelMinHypotheses, /*min_rows_per_chunk=*/2), 1)
+      << "no range of a single row when two are asked for";
   EXPECT_EQ(RowChunksFor(1, 4 * kRowParallelMinTokens), 1) << "one row cannot split";
   ConfigureThreading(2, kDefaultParallelMinTokens, /*row_parallel=*/false);
   EXPECT_EQ(RowChunksFor(4, 4 * kRowParallelMinTokens), 1);
@@ -528,6 +530,18 @@ TEST(Threading, RowChunksRunAtOnceInOrderUnderInferenceMode) {
   });
   failing.join();
   EXPECT_EQ(error, "field failed") << "a worker's exception reaches the caller";
+  int threads_after_error = 0;
+  std::thread counted([&] {
+    IntraOpThreadsScope scope;
+    SetIntraOpThreadsFor(1);  // one thread, as a small call
+    try {
+      EvaluateRowChunks(2, {a, b}, fails);
+    } catch (const std::exception&) {
+    }
+    threads_after_error = at::get_num_threads();
+  });
+  counted.join();
+  EXPECT_EQ(threads_after_error, 1) << "the caller's thread count is back after an error";
 }
 
 TEST_P(EveryTinyModel, StepCountsChangeTheOutput) {
