@@ -49,7 +49,8 @@ def main():
                     (ids, score), = beam_search(module, x, mask, enc, int(dec), beam, [limit])
                     outputs[k].append((ids, score))
             same = sum(a[0] == b[0] for a, b in zip(outputs[exported], outputs[0]))
-            worst = max(abs(a[1] - b[1]) for a, b in zip(outputs[exported], outputs[0]) if a[0] == b[0])
+            worst = max((abs(a[1] - b[1]) for a, b in zip(outputs[exported], outputs[0]) if a[0] == b[0]),
+                        default=0.0)
             print("beam %d: %d of %d translations identical (shortlist K=%d vs float32); "
                   "largest score difference among them %.2e" % (beam, same, len(texts), exported, worst))
 

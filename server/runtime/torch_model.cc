@@ -54,13 +54,17 @@ PrecisionScope::~PrecisionScope() {
 
 bool NativeBfloat16(const torch::Device& device) {
   if (device.is_cuda()) return true;
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (!absl::StartsWith(line, "flags")) continue;
-    return absl::StrContains(line, " avx512_bf16") || absl::StrContains(line, " amx_bf16");
-  }
-  return false;
+  // Asked for every model at load (precision and the translator's shortlist): read the CPU once.
+  static const bool cpu_native = [] {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(cpuinfo, line)) {
+      if (!absl::StartsWith(line, "flags")) continue;
+      return absl::StrContains(line, " avx512_bf16") || absl::StrContains(line, " amx_bf16");
+    }
+    return false;
+  }();
+  return cpu_native;
 }
 
 absl::StatusOr<torch::Device> ParseDevice(const std::string& spec) {
