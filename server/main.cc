@@ -44,6 +44,9 @@ ABSL_FLAG(int, parallel_min_tokens, odeserve::runtime::kDefaultParallelMinTokens
 ABSL_FLAG(bool, row_parallel, true,
           "Float32 CPU models split large calls' rows across the intra-op threads, one thread each "
           "(their matrix products run on one OpenBLAS thread, so that is how they use every core).");
+ABSL_FLAG(bool, blas_parallel, true,
+          "Float32 CPU calls that cannot split their rows run their matrix products on OpenBLAS "
+          "threads (one per intra-op thread); needs --compute_slots=1 (OpenBLAS's count is process-wide).");
 ABSL_FLAG(int, compute_slots, 1, "Batches computing at once across all models.");
 ABSL_FLAG(bool, calibrate, true, "Calibrate each model's cost model with a warm-up at load.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(20),
@@ -86,7 +89,9 @@ int Run() {
   }
   const runtime::ThreadingReport threading = runtime::ConfigureThreading(absl::GetFlag(FLAGS_intra_op_threads),
                                                                               absl::GetFlag(FLAGS_parallel_min_tokens),
-                                                                              absl::GetFlag(FLAGS_row_parallel));
+                                                                              absl::GetFlag(FLAGS_row_parallel),
+                                                                              absl::GetFlag(FLAGS_blas_parallel) &&
+                                                                                  absl::GetFlag(FLAGS_compute_slots) == 1);
   LogInfo(absl::StrCat("odeserve ", ODESERVE_VERSION, " (", ODESERVE_COMMIT, ") libtorch ", TORCH_VERSION,
                        "; ", threading.summary()));
 

@@ -41,8 +41,9 @@ def log(*args):
 
 
 class Server:
-    def __init__(self, binary, repository, workdir, name, flags=()):
-        """Starts `binary` on `repository`; `flags` are extra odeserve flags."""
+    def __init__(self, binary, repository, workdir, name, flags=(), env=None):
+        """Starts `binary` on `repository`; `flags` are extra odeserve flags, `env` extra
+        environment variables."""
         self.port_file = os.path.join(workdir, name + ".ports")
         self.log_path = os.path.join(workdir, name + ".log")
         if os.path.exists(self.port_file):
@@ -50,7 +51,7 @@ class Server:
         self.proc = subprocess.Popen(
             [binary, "--model_repository", repository, "--grpc_address", "127.0.0.1", "--grpc_port", "0",
              "--metrics_address", "127.0.0.1", "--metrics_port", "0", "--port_file", self.port_file] + list(flags),
-            stderr=open(self.log_path, "w"))
+            stderr=open(self.log_path, "w"), env=dict(os.environ, **(env or {})))
         for _ in range(1200):
             if os.path.exists(self.port_file):
                 text = open(self.port_file).read()

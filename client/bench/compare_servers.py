@@ -2,8 +2,10 @@
 """Runs one odeserve-bench load against server variants, one after another, and prints a line
 per variant: for tuning flags and batching settings on a given machine.
 
-A variant is a name plus odeserve flags and/or edits of --model's config.pbtxt (applied to a
-copy of the repository). Every variant sees the same load and arrivals (same seed).
+A variant is a name plus odeserve flags, environment variables ("env") and/or edits of
+--model's config.pbtxt (applied to a copy of the repository). Every variant sees the same load
+and arrivals (same seed). --interleave keeps every variant's server up and runs them in turn,
+round after round, so that a slow spell of a noisy machine falls on all of them alike.
 
   compare_servers.py --variants '[{"name": "all-threads", "flags": ["--parallel_min_tokens", "0"]},
                                   {"name": "default"}]' --concurrency 1 --steps 8
@@ -65,13 +67,15 @@ def describe(name, report):
 def main():
     ap = argparse.ArgumentParser()
     bb.add_common_arguments(ap)
-    ap.add_argument("--variants", required=True, help="JSON list of {name, flags?, config?}")
+    ap.add_argument("--variants", required=True, help="JSON list of {name, flags?, env?, config?}")
     ap.add_argument("--rate", type=float, default=0, help="open loop at this rate (else closed loop)")
     ap.add_argument("--concurrency", type=int, default=1, help="closed loop: calls in flight")
     ap.add_argument("--budgets", default="", help="budget mix, e.g. 9ms,18ms")
     ap.add_argument("--steps", type=int, default=0, help="request this many steps (0: the server chooses)")
     ap.add_argument("--duration", default="10s")
     ap.add_argument("--repeat", type=int, default=1, help="runs per variant (same server)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="all servers up at once; run #1 of every variant, then #2, ...")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -83,19 +87,36 @@ def main():
     if args.steps:
         load += ["--steps", str(args.steps)]
     lines = []
-    for variant in json.loads(args.variants):
-        name = variant["name"]
+
+    def start(variant):
         repo = args.repository
         if variant.get("config"):
-            repo = bb.repository_copy(args.repository, args.out, "repo-" + name, args.model,
+            repo = bb.repository_copy(args.repository, args.out, "repo-" + variant["name"], args.model,
                                       lambda text: edit_config(text, variant["config"]))
-        server = bb.Server(os.path.join(args.build, "server", "odeserve"), repo, args.out, name,
-                           variant.get("flags", []))
-        for run in range(args.repeat):
-            label = name if args.repeat == 1 else "%s#%d" % (name, run + 1)
-            lines.append(describe(label, bench.run(label, server, load)))
-            print(lines[-1], flush=True)
-        server.stop()
+        return bb.Server(os.path.join(args.build, "server", "odeserve"), repo, args.out, variant["name"],
+                         variant.get("flags", []), variant.get("env"))
+
+    def measure(variant, server, run):
+        label = variant["name"] if args.repeat == 1 else "%s#%d" % (variant["name"], run + 1)
+        lines.append(describe(label, bench.run(label, server, load)))
+        print(lines[-1], flush=True)
+
+    variants = json.loads(args.variants)
+    if args.interleave:
+        servers = [start(variant) for variant in variants]
+        try:
+            for run in range(args.repeat):
+                for variant, server in zip(variants, servers):
+                    measure(variant, server, run)
+        finally:
+            for server in servers:
+                server.stop()
+    else:
+        for variant in variants:
+            server = start(variant)
+            for run in range(args.repeat):
+                measure(variant, server, run)
+            server.stop()
     with open(os.path.join(args.out, "summary.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
 

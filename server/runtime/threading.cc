@@ -24,12 +24,37 @@ namespace {
 std::atomic<int> g_intra_op_threads{0};
 std::atomic<int> g_parallel_min_tokens{0};
 std::atomic<bool> g_row_parallel{false};
+// OpenBLAS's openblas_set_num_threads when ConfigureThreading enabled BlasThreadsScope.
+using SetBlasThreads = void (*)(int);
+std::atomic<SetBlasThreads> g_blas_parallel_set{nullptr};
+
+// OpenBLAS's idle threads spin (sched_yield) for 2^OPENBLAS_THREAD_TIMEOUT cycles after each
+// threaded call, 2^28 by default: about 0.1 s of a core, so under steady traffic they never
+// sleep and take the core from the RPC threads (served within-budget rate measured 86-87%
+// against 89-92% without the hand-over, docs/BENCHMARKS.md). OpenBLAS reads the variable when
+// its library loads and sizes the spin when it starts its threads, so: set it (the caller's
+// value wins), re-read OpenBLAS's environment, and stop the threads it started at load; the
+// next threaded call restarts them with the short spin. False (BlasThreadsScope stays off)
+// where this OpenBLAS lacks either call.
+bool LetBlasThreadsSleep(ThreadingReport& report) {
+  using VoidFn = void (*)();
+  using IntFn = int (*)();
+  const auto read_env = reinterpret_cast<VoidFn>(dlsym(RTLD_DEFAULT, "openblas_read_env"));
+  const auto shutdown = reinterpret_cast<IntFn>(dlsym(RTLD_DEFAULT, "blas_thread_shutdown_"));
+  if (read_env == nullptr || shutdown == nullptr) return false;
+  setenv("OPENBLAS_THREAD_TIMEOUT", kOpenBlasThreadTimeout, /*overwrite=*/0);
+  report.openblas_thread_timeout = std::getenv("OPENBLAS_THREAD_TIMEOUT");
+  read_env();
+  shutdown();
+  return true;
+}
 
 }  // namespace
 
 std::string ThreadingReport::summary() const {
   return absl::StrCat("intra_op_threads=", intra_op_threads, " parallel_min_tokens=", parallel_min_tokens,
                       " row_parallel=", row_parallel ? "true" : "false",
+                      " blas_parallel=", blas_parallel ? absl::StrCat("true (OPENBLAS_THREAD_TIMEOUT=", openblas_thread_timeout, ")") : "false",
                       " inter_op_threads=", inter_op_threads,
                       " openblas=", openblas_found ? absl::StrCat("threads:", openblas_threads,
                                                                   " core:", openblas_core)
@@ -37,7 +62,7 @@ std::string ThreadingReport::summary() const {
                       " onednn_cache=", onednn_cache_capacity);
 }
 
-ThreadingReport ConfigureThreading(int intra_op_threads, int parallel_min_tokens, bool row_parallel) {
+ThreadingReport ConfigureThreading(int intra_op_threads, int parallel_min_tokens, bool row_parallel, bool blas_parallel) {
   ThreadingReport report;
   // Read by oneDNN once, at its first primitive: before any model loads. The caller's wins.
   setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", kOneDnnCacheCapacity, /*overwrite=*/0);
@@ -61,12 +86,14 @@ ThreadingReport ConfigureThreading(int intra_op_threads, int parallel_min_tokens
   g_intra_op_threads = report.intra_op_threads;
   report.inter_op_threads = at::get_num_interop_threads();
 
-  using SetThreads = void (*)(int);
   using GetInt = int (*)();
   using GetString = char* (*)();
-  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+  g_blas_parallel_set = nullptr;
+  if (auto set = reinterpret_cast<SetBlasThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
     set(1);
     report.openblas_found = true;
+    if (blas_parallel && report.intra_op_threads > 1) report.blas_parallel = LetBlasThreadsSleep(report);
+    if (report.blas_parallel) g_blas_parallel_set = set;
     if (auto get = reinterpret_cast<GetInt>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"))) {
       report.openblas_threads = get();
     }
@@ -125,6 +152,21 @@ std::vector<at::Tensor> EvaluateRowChunks(int chunks, const std::vector<at::Tens
     outputs.push_back(at::cat(pieces));
   }
   return outputs;
+}
+
+BlasThreadsScope::BlasThreadsScope(int64_t tokens) {
+  const SetBlasThreads set = g_blas_parallel_set.load();
+  if (set == nullptr || tokens < kBlasParallelMinTokens) return;
+  set_blas_threads_ = set;
+  previous_intra_op_ = at::get_num_threads();
+  omp_set_num_threads(1);
+  set(g_intra_op_threads.load());
+}
+
+BlasThreadsScope::~BlasThreadsScope() {
+  if (set_blas_threads_ == nullptr) return;
+  set_blas_threads_(1);
+  omp_set_num_threads(previous_intra_op_);
 }
 
 IntraOpThreadsScope::IntraOpThreadsScope() {

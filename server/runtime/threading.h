@@ -34,15 +34,34 @@ inline constexpr int64_t kRowParallelMinTokens = 128;
 // The same for a translation decoder call (one position per hypothesis): hypotheses at least.
 inline constexpr int64_t kRowParallelMinHypotheses = 8;
 
+// Float32 CPU field evaluations that do not split their rows (a single row, or a call under
+// kRowParallelMinTokens) of at least this many padded tokens run their matrix products on
+// OpenBLAS's threads instead, with LibTorch's operators on one thread (BlasThreadsScope). One
+// shared-block evaluation of classify-sections, one row, alone on a 2-core Zen 3: 64 tokens
+// 1.59 -> 0.90 ms, 128 tokens 2.89 -> 1.90 ms, 3 rows x 32 tokens 2.53 -> 1.14 ms; 32 tokens
+// gains only 11% alone, and served under saturation (32 calls of one 32-token row in flight,
+// RPC threads wanting the second core) it lost 9-11% of throughput, so it stays on one thread
+// (docs/BENCHMARKS.md, "OpenBLAS threads for calls that cannot split").
+inline constexpr int64_t kBlasParallelMinTokens = 64;
+// With BlasThreadsScope on, OpenBLAS's idle threads spin 2^20 cycles (about 0.4 ms) before they
+// sleep: long enough to bridge the gaps between one call's products, short enough to free the
+// core between calls (the default 2^28, about 0.1 s, never sleeps under traffic). Served on the
+// 2-core Zen 3, classify-sections at the budget benchmark's load: within budget 87.7% with
+// BlasThreadsScope off, 91.5% at 2^4 (waking for every product), 92.7% at 2^20; full-depth
+// batch-1 p50 17.6-19.8 / 16.0-25.0 / 14.1-15.7 ms (docs/BENCHMARKS.md). See LetBlasThreadsSleep.
+inline constexpr char kOpenBlasThreadTimeout[] = "20";
+
 struct ThreadingReport {
   int intra_op_threads = 0;
   int parallel_min_tokens = 0;
   bool row_parallel = false;
+  bool blas_parallel = false;
   int inter_op_threads = 0;
   bool openblas_found = false;
   int openblas_threads = 0;        // after pinning
   std::string openblas_core;       // kernel family OpenBLAS chose (e.g. "Haswell", "SkylakeX")
   std::string openblas_config;
+  std::string openblas_thread_timeout;  // OPENBLAS_THREAD_TIMEOUT in effect (blas_parallel only)
   std::string onednn_cache_capacity;  // ONEDNN_PRIMITIVE_CACHE_CAPACITY in effect
   std::string summary() const;
 };
@@ -55,9 +74,13 @@ struct ThreadingReport {
 /// scripted; sizes oneDNN's kernel cache (kOneDnnCacheCapacity unless
 /// ONEDNN_PRIMITIVE_CACHE_CAPACITY is set). Calls under `parallel_min_tokens` padded tokens
 /// run on one thread (0: every call uses all intra-op threads). `row_parallel`: see
-/// RowChunksFor. Call once, before any model runs.
+/// RowChunksFor. `blas_parallel`: see BlasThreadsScope; only for a process that runs one model
+/// call at a time (OpenBLAS's thread count is process-wide); it also makes OpenBLAS's idle
+/// threads sleep at once (kOpenBlasThreadTimeout), and stays off without OpenBLAS or where that
+/// cannot be done.
+/// Call once, before any model runs.
 ThreadingReport ConfigureThreading(int intra_op_threads, int parallel_min_tokens = kDefaultParallelMinTokens,
-                                   bool row_parallel = true);
+                                   bool row_parallel = true, bool blas_parallel = false);
 
 /// Sets the calling thread's intra-op threads for a model call over `tokens` padded tokens, as
 /// ConfigureThreading decided (no effect before it is called). OpenMP keeps the count per
@@ -86,6 +109,25 @@ using RowChunkFn = std::function<std::vector<at::Tensor>(const std::vector<at::T
 /// concatenated along dim 0. Each worker runs under InferenceMode with the caller's
 /// graph-executor setting; the first exception is rethrown on the caller's thread.
 std::vector<at::Tensor> EvaluateRowChunks(int chunks, const std::vector<at::Tensor>& inputs, const RowChunkFn& fn);
+
+/// For one float32 CPU model call that runs as a single row range (RowChunksFor == 1) over
+/// `tokens` padded tokens: when ConfigureThreading enabled it and tokens >= kBlasParallelMinTokens,
+/// OpenBLAS gets the intra-op threads and the calling thread's LibTorch operators run serially
+/// (both threaded at once fight for the cores: up to 3.3x slower); both are restored at scope exit.
+/// Why: the server otherwise pins OpenBLAS to one thread, so such a call, which row ranges cannot
+/// spread, ran every product on one core.
+class BlasThreadsScope {
+ public:
+  explicit BlasThreadsScope(int64_t tokens);
+  ~BlasThreadsScope();
+  BlasThreadsScope(const BlasThreadsScope&) = delete;
+  BlasThreadsScope& operator=(const BlasThreadsScope&) = delete;
+  bool active() const { return set_blas_threads_ != nullptr; }
+
+ private:
+  void (*set_blas_threads_)(int) = nullptr;  // openblas_set_num_threads while active
+  int previous_intra_op_ = 0;
+};
 
 /// Restores the calling thread's intra-op thread count when it goes out of scope.
 class IntraOpThreadsScope {

@@ -46,6 +46,9 @@ struct ExecRow {
 struct ExecBatch {
   Solver solver = Solver::kEuler;
   std::vector<ExecRow> rows;
+  // Calls were waiting (this model's queue or the compute gate) when the batch started: the
+  // server is busy, so an executor should not take cores from the threads that serve them.
+  bool others_waiting = false;
 };
 
 /// What a run cost, for the cost model.

@@ -624,9 +624,11 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
 
   if (options_.gate) options_.gate->Acquire();
   last_boundary = absl::Now();
-  if (joins_enabled_) {
+  const bool gate_waiters = options_.gate && options_.gate->HasWaiters();
+  {
     std::lock_guard<std::mutex> lock(mutex_);
-    running_.joinable = true;
+    exec.others_waiting = gate_waiters || !queue_.empty();
+    if (joins_enabled_) running_.joinable = true;
   }
   absl::StatusOr<ExecStats> stats = executor_->Run(exec, on_done, abandoned, joins_enabled_ ? join : RowJoinFn());
   if (options_.gate) options_.gate->Release();

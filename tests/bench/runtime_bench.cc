@@ -224,6 +224,11 @@ BENCHMARK(BM_Batch)->ArgNames({"rows", "tokens", "L_over", "solver", "bf16"})
 BENCHMARK(BM_Batch)->ArgNames({"rows", "tokens", "L_over", "solver", "bf16"})
     ->ArgsProduct({{1, 2, 4, 8, 16, 32}, {64}, {8}, {kEuler}, {0}})
     ->Unit(benchmark::kMillisecond)->MinTime(0.5);
+// Float32 calls too small to split their rows, one Euler step: compare --blas_parallel=0 and =1
+// (their products on one OpenBLAS thread or on all).
+BENCHMARK(BM_Batch)->ArgNames({"rows", "tokens", "L_over", "solver", "bf16"})
+    ->ArgsProduct({{1, 3}, {16, 32, 64}, {8}, {kEuler}, {0}})
+    ->Unit(benchmark::kMillisecond)->MinTime(0.5);
 
 }  // namespace
 }  // namespace odeserve
@@ -237,6 +242,8 @@ int main(int argc, char** argv) {
   int parallel_min_tokens = odeserve::runtime::kDefaultParallelMinTokens;
   const std::string row_parallel_prefix = "--row_parallel=";  // as the server's flag: 0 or 1
   bool row_parallel = true;
+  const std::string blas_parallel_prefix = "--blas_parallel=";  // as the server's flag: 0 or 1
+  bool blas_parallel = true;
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     if (std::string(argv[i]).rfind(prefix, 0) == 0) {
@@ -245,6 +252,8 @@ int main(int argc, char** argv) {
       parallel_min_tokens = std::stoi(std::string(argv[i]).substr(min_tokens_prefix.size()));
     } else if (std::string(argv[i]).rfind(row_parallel_prefix, 0) == 0) {
       row_parallel = std::string(argv[i]).substr(row_parallel_prefix.size()) != "0";
+    } else if (std::string(argv[i]).rfind(blas_parallel_prefix, 0) == 0) {
+      blas_parallel = std::string(argv[i]).substr(blas_parallel_prefix.size()) != "0";
     } else if (std::string(argv[i]).rfind(threads_prefix, 0) == 0) {
       intra_op_threads = std::stoi(std::string(argv[i]).substr(threads_prefix.size()));
     } else if (std::string(argv[i]).rfind(translate_prefix, 0) == 0) {
@@ -255,7 +264,7 @@ int main(int argc, char** argv) {
   }
   if (odeserve::g_model_dir.empty()) odeserve::g_model_dir = ODESERVE_DEFAULT_BENCH_MODEL;
   if (odeserve::g_translate_model_dir.empty()) odeserve::g_translate_model_dir = ODESERVE_DEFAULT_TRANSLATE_MODEL;
-  const auto threading = odeserve::runtime::ConfigureThreading(intra_op_threads, parallel_min_tokens, row_parallel);
+  const auto threading = odeserve::runtime::ConfigureThreading(intra_op_threads, parallel_min_tokens, row_parallel, blas_parallel);
   benchmark::AddCustomContext("model_dir", odeserve::g_model_dir);
   benchmark::AddCustomContext("translate_model_dir", odeserve::g_translate_model_dir);
   benchmark::AddCustomContext("threading", threading.summary());

@@ -3,9 +3,12 @@
 // compute accounting), solver convergence orders, device parsing and load errors.
 // The only test file that includes LibTorch.
 
+#include <dlfcn.h>
 #include <set>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -542,6 +545,96 @@ TEST(Threading, RowChunksRunAtOnceInOrderUnderInferenceMode) {
   });
   counted.join();
   EXPECT_EQ(threads_after_error, 1) << "the caller's thread count is back after an error";
+}
+
+// OpenBLAS's own thread count, or 0 where this process runs another BLAS.
+int OpenBlasThreads() {
+  using GetInt = int (*)();
+  const auto get = reinterpret_cast<GetInt>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return get == nullptr ? 0 : get();
+}
+
+TEST(Threading, BlasThreadsScopeHandsProductsToOpenBlasAndRestores) {
+  ThreadingRestorer restore;
+  const ThreadingReport report =
+      ConfigureThreading(2, kDefaultParallelMinTokens, /*row_parallel=*/true, /*blas_parallel=*/true);
+  if (!report.openblas_found) GTEST_SKIP() << "LibTorch here does not run OpenBLAS";
+  ASSERT_TRUE(report.blas_parallel) << report.summary();
+  EXPECT_EQ(report.openblas_thread_timeout, std::string(std::getenv("OPENBLAS_THREAD_TIMEOUT")));
+  std::thread caller([] {  // a fresh thread, as a batcher
+    IntraOpThreadsScope threads;
+    ASSERT_EQ(at::get_num_threads(), 2);
+    {
+      BlasThreadsScope small(kBlasParallelMinTokens - 1);
+      EXPECT_FALSE(small.active()) << "small calls keep one OpenBLAS thread";
+      EXPECT_EQ(OpenBlasThreads(), 1);
+    }
+    {
+      BlasThreadsScope blas(kBlasParallelMinTokens);
+      EXPECT_TRUE(blas.active());
+      EXPECT_EQ(OpenBlasThreads(), 2);
+      EXPECT_EQ(at::get_num_threads(), 1) << "LibTorch's operators run serially meanwhile";
+    }
+    EXPECT_EQ(OpenBlasThreads(), 1);
+    EXPECT_EQ(at::get_num_threads(), 2) << "the caller's count is back";
+  });
+  caller.join();
+  ConfigureThreading(2, kDefaultParallelMinTokens, /*row_parallel=*/true, /*blas_parallel=*/false);
+  EXPECT_FALSE(BlasThreadsScope(4 * kBlasParallelMinTokens).active()) << "off unless asked for";
+  EXPECT_FALSE(ConfigureThreading(1, kDefaultParallelMinTokens, true, /*blas_parallel=*/true).blas_parallel)
+      << "one intra-op thread leaves nothing to hand over";
+  EXPECT_FALSE(BlasThreadsScope(4 * kBlasParallelMinTokens).active());
+}
+
+TEST(Threading, OpenBlasThreadsSleepAfterAThreadedProduct) {
+  // With OpenBLAS's default spin a worker keeps a core busy for ~0.1 s after every threaded
+  // call (this test then measures ~99 ms of CPU); with the server's setting it sleeps within
+  // about 0.4 ms.
+  ThreadingRestorer restore;
+  if (!ConfigureThreading(2, kDefaultParallelMinTokens, true, /*blas_parallel=*/true).blas_parallel) {
+    GTEST_SKIP() << "no OpenBLAS with threads to put to sleep";
+  }
+  const torch::Tensor a = torch::randn({512, 512});
+  {
+    c10::InferenceMode inference;
+    BlasThreadsScope blas(kBlasParallelMinTokens);
+    for (int i = 0; i < 10; ++i) (void)torch::mm(a, a);
+  }
+  timespec before{}, after{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &before);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &after);
+  const double cpu_ms = (after.tv_sec - before.tv_sec) * 1e3 + (after.tv_nsec - before.tv_nsec) / 1e6;
+  EXPECT_LT(cpu_ms, 30.0) << "OpenBLAS threads kept spinning while the process was idle";
+}
+
+TEST_P(EveryTinyModel, BlasParallelRunsMatchOneThread) {
+  TorchExecutor executor(tiny_->model, tiny_->layout);
+  // Copies of the longest text, enough for the hand-over, too few tokens to split the rows.
+  const auto longest = std::max_element(tiny_->rows.begin(), tiny_->rows.end(), [](const auto& a, const auto& b) {
+    return a.ids.size() < b.ids.size();
+  });
+  ExecBatch batch{scheduler::Solver::kEuler, {}};
+  do {
+    batch.rows.push_back({&*longest, 1 + static_cast<int>(batch.rows.size() % 2), {}});
+  } while (executor.MakeInputs(batch.rows).second.numel() < kBlasParallelMinTokens);
+  RunResult one_thread = RunBatch(executor, batch);
+  ASSERT_TRUE(one_thread.stats.ok()) << one_thread.stats.status();
+
+  ThreadingRestorer restore;
+  if (!ConfigureThreading(2, kDefaultParallelMinTokens, true, /*blas_parallel=*/true).blas_parallel) {
+    GTEST_SKIP() << "LibTorch here does not run OpenBLAS";
+  }
+  const int64_t tokens = executor.MakeInputs(batch.rows).second.numel();
+  ASSERT_EQ(RowChunksFor(static_cast<int64_t>(batch.rows.size()), tokens), 1) << tokens << " tokens must not split";
+  RunResult blas;
+  std::thread batcher([&] { blas = RunBatch(executor, batch); });
+  batcher.join();
+  ASSERT_TRUE(blas.stats.ok()) << blas.stats.status();
+  EXPECT_EQ(blas.stats->token_evaluations, one_thread.stats->token_evaluations);
+  for (size_t r = 0; r < batch.rows.size(); ++r) {
+    EXPECT_LE(MaxAbsDiff(blas.outputs[r], one_thread.outputs[r]), Tolerance(one_thread.outputs[r])) << "row " << r;
+  }
 }
 
 TEST_P(EveryTinyModel, StepCountsChangeTheOutput) {

@@ -52,12 +52,13 @@ class FakeExecutor : public BatchExecutor {
     std::vector<RecordedRow> rows;
     std::vector<int> iterations;  // per row, joined rows after the batch's: iterations it ran
     std::vector<JoinedRow> joined;
+    bool others_waiting = false;
   };
 
   absl::StatusOr<ExecStats> Run(const ExecBatch& batch, const RowDoneFn& on_done,
                                 const RowAbandonedFn& abandoned, const RowJoinFn& join) override {
     const auto started = std::chrono::steady_clock::now();
-    RecordedBatch record{batch.solver, {}, {}, {}};
+    RecordedBatch record{batch.solver, {}, {}, {}, batch.others_waiting};
     for (const auto& row : batch.rows) {
       record.rows.push_back({static_cast<int>(row.input->ids[0]), static_cast<int>(row.input->ids.size()), row.steps});
     }
@@ -260,6 +261,18 @@ CostShape Shape(int64_t rows, int64_t tokens, int64_t token_evaluations, int64_t
 
 CostSample Sample(int64_t rows, int64_t tokens, int64_t token_evaluations, double seconds) {
   return {Shape(rows, tokens, token_evaluations), seconds};
+}
+
+TEST(ModelScheduler, BatchesSayWhetherCallsWereWaitingWhenTheyStarted) {
+  // The executor keeps spare cores for the RPC threads while calls wait (BlasThreadsScope).
+  SchedulerOptions options = Options();
+  options.max_batch_size = 1;
+  const auto batches = BatchesBehindPlug(options, {4, 4});
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_FALSE(batches[0].others_waiting) << "the plug started alone";
+  EXPECT_EQ(batches[1].rows[0].marker, 1);
+  EXPECT_TRUE(batches[1].others_waiting) << "call 2 was queued behind call 1";
+  EXPECT_FALSE(batches[2].others_waiting) << "nothing was left behind call 2";
 }
 
 TEST(ModelScheduler, ItemsSubmittedTogetherRunInOneBatch) {
