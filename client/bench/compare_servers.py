@@ -93,8 +93,9 @@ def main():
         if variant.get("config"):
             repo = bb.repository_copy(args.repository, args.out, "repo-" + variant["name"], args.model,
                                       lambda text: edit_config(text, variant["config"]))
+        env = {key: str(value) for key, value in variant.get("env", {}).items()}
         return bb.Server(os.path.join(args.build, "server", "odeserve"), repo, args.out, variant["name"],
-                         variant.get("flags", []), variant.get("env"))
+                         variant.get("flags", []), env)
 
     def measure(variant, server, run):
         label = variant["name"] if args.repeat == 1 else "%s#%d" % (variant["name"], run + 1)
@@ -102,15 +103,23 @@ def main():
         print(lines[-1], flush=True)
 
     variants = json.loads(args.variants)
+    names = [variant["name"] for variant in variants]
+    if len(set(names)) != len(names):
+        sys.exit("variant names must differ (each names its server's log and reports): %s" % names)
     if args.interleave:
-        servers = [start(variant) for variant in variants]
+        servers = []
         try:
+            for variant in variants:
+                servers.append(start(variant))
             for run in range(args.repeat):
                 for variant, server in zip(variants, servers):
                     measure(variant, server, run)
         finally:
             for server in servers:
-                server.stop()
+                try:
+                    server.stop()
+                except Exception:  # one stuck server must not leave the others running
+                    server.proc.kill()
     else:
         for variant in variants:
             server = start(variant)

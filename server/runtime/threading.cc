@@ -27,6 +27,7 @@ std::atomic<bool> g_row_parallel{false};
 // OpenBLAS's openblas_set_num_threads when ConfigureThreading enabled BlasThreadsScope.
 using SetBlasThreads = void (*)(int);
 std::atomic<SetBlasThreads> g_blas_parallel_set{nullptr};
+std::atomic<int64_t> g_blas_hand_overs{0};
 
 // OpenBLAS's idle threads spin (sched_yield) for 2^OPENBLAS_THREAD_TIMEOUT cycles after each
 // threaded call, 2^28 by default: about 0.1 s of a core, so under steady traffic they never
@@ -41,7 +42,11 @@ bool LetBlasThreadsSleep(ThreadingReport& report) {
   using IntFn = int (*)();
   const auto read_env = reinterpret_cast<VoidFn>(dlsym(RTLD_DEFAULT, "openblas_read_env"));
   const auto shutdown = reinterpret_cast<IntFn>(dlsym(RTLD_DEFAULT, "blas_thread_shutdown_"));
-  if (read_env == nullptr || shutdown == nullptr) return false;
+  const auto parallel = reinterpret_cast<IntFn>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+  // 1 = OpenBLAS's own pthreads. An OpenMP build would set the caller's OpenMP count itself
+  // (undoing LibTorch's serial operators) and ignores the spin setting.
+  constexpr int kOpenBlasPthreads = 1;
+  if (read_env == nullptr || shutdown == nullptr || parallel == nullptr || parallel() != kOpenBlasPthreads) return false;
   setenv("OPENBLAS_THREAD_TIMEOUT", kOpenBlasThreadTimeout, /*overwrite=*/0);
   report.openblas_thread_timeout = std::getenv("OPENBLAS_THREAD_TIMEOUT");
   read_env();
@@ -159,8 +164,9 @@ BlasThreadsScope::BlasThreadsScope(int64_t tokens) {
   if (set == nullptr || tokens < kBlasParallelMinTokens) return;
   set_blas_threads_ = set;
   previous_intra_op_ = at::get_num_threads();
-  omp_set_num_threads(1);
   set(g_intra_op_threads.load());
+  omp_set_num_threads(1);
+  g_blas_hand_overs.fetch_add(1, std::memory_order_relaxed);
 }
 
 BlasThreadsScope::~BlasThreadsScope() {
@@ -168,6 +174,8 @@ BlasThreadsScope::~BlasThreadsScope() {
   set_blas_threads_(1);
   omp_set_num_threads(previous_intra_op_);
 }
+
+int64_t BlasHandOvers() { return g_blas_hand_overs.load(std::memory_order_relaxed); }
 
 IntraOpThreadsScope::IntraOpThreadsScope() {
   // ATen sets a thread's count to the global one on its first parallel call; make that

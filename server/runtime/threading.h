@@ -110,7 +110,7 @@ using RowChunkFn = std::function<std::vector<at::Tensor>(const std::vector<at::T
 /// graph-executor setting; the first exception is rethrown on the caller's thread.
 std::vector<at::Tensor> EvaluateRowChunks(int chunks, const std::vector<at::Tensor>& inputs, const RowChunkFn& fn);
 
-/// For one float32 CPU model call that runs as a single row range (RowChunksFor == 1) over
+/// For one float32 CPU model call too small for row ranges (one row, or under their threshold) over
 /// `tokens` padded tokens: when ConfigureThreading enabled it and tokens >= kBlasParallelMinTokens,
 /// OpenBLAS gets the intra-op threads and the calling thread's LibTorch operators run serially
 /// (both threaded at once fight for the cores: up to 3.3x slower); both are restored at scope exit.
@@ -128,6 +128,9 @@ class BlasThreadsScope {
   void (*set_blas_threads_)(int) = nullptr;  // openblas_set_num_threads while active
   int previous_intra_op_ = 0;
 };
+
+/// How many BlasThreadsScopes have been active in this process (for tests and diagnostics).
+int64_t BlasHandOvers();
 
 /// Restores the calling thread's intra-op thread count when it goes out of scope.
 class IntraOpThreadsScope {

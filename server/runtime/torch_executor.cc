@@ -107,10 +107,12 @@ void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
     };
     SetIntraOpThreadsFor(mask.numel());
     {
-      // A call that cannot split its rows spreads its products over OpenBLAS's threads instead,
-      // unless calls are waiting: then the other cores serve them (measured: saturated
-      // one-row traffic lost up to 15% of throughput to the hand-over).
-      BlasThreadsScope blas(row_parallel && chunks == 1 && !batch.others_waiting ? mask.numel() : 0);
+      // A call too small for row ranges (one row, or under their token threshold; whatever
+      // --row_parallel says) spreads its products over OpenBLAS's threads instead, unless calls
+      // were waiting when the batch started: then the RPC threads need the other core
+      // (measured: saturated one-row traffic lost up to 15% of throughput to the hand-over).
+      const bool cannot_split = h.size(0) == 1 || mask.numel() < kRowParallelMinTokens;
+      BlasThreadsScope blas(row_parallel && cannot_split && !batch.others_waiting ? mask.numel() : 0);
       h = SolverStep(batch.solver, field, h, dt);
     }
     stats.token_evaluations += mask.numel() * evaluations;

@@ -47,7 +47,8 @@ struct ExecBatch {
   Solver solver = Solver::kEuler;
   std::vector<ExecRow> rows;
   // Calls were waiting (this model's queue or the compute gate) when the batch started: the
-  // server is busy, so an executor should not take cores from the threads that serve them.
+  // server is busy, and its RPC threads (receiving, tokenizing, replying) need the spare cores,
+  // so an executor should not take them for this batch. A snapshot at the start.
   bool others_waiting = false;
 };
 

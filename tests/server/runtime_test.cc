@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -560,8 +561,13 @@ TEST(Threading, BlasThreadsScopeHandsProductsToOpenBlasAndRestores) {
       ConfigureThreading(2, kDefaultParallelMinTokens, /*row_parallel=*/true, /*blas_parallel=*/true);
   if (!report.openblas_found) GTEST_SKIP() << "LibTorch here does not run OpenBLAS";
   ASSERT_TRUE(report.blas_parallel) << report.summary();
-  EXPECT_EQ(report.openblas_thread_timeout, std::string(std::getenv("OPENBLAS_THREAD_TIMEOUT")));
-  std::thread caller([] {  // a fresh thread, as a batcher
+  const torch::Tensor a = torch::randn({256, 256});
+  torch::Tensor one_thread;
+  {
+    c10::InferenceMode inference;
+    one_thread = torch::mm(a, a);
+  }
+  std::thread caller([&] {  // a fresh thread, as a batcher
     IntraOpThreadsScope threads;
     ASSERT_EQ(at::get_num_threads(), 2);
     {
@@ -574,6 +580,11 @@ TEST(Threading, BlasThreadsScopeHandsProductsToOpenBlasAndRestores) {
       EXPECT_TRUE(blas.active());
       EXPECT_EQ(OpenBlasThreads(), 2);
       EXPECT_EQ(at::get_num_threads(), 1) << "LibTorch's operators run serially meanwhile";
+      // Large enough for OpenBLAS to thread (the tiny models' products are not).
+      c10::InferenceMode inference;
+      // Float rounding only: the threads' kernels may block the sums differently.
+      const double diff = (torch::mm(a, a) - one_thread).abs().max().item<double>();
+      EXPECT_LT(diff, 1e-3) << "threaded products agree (entries are ~16 in size)";
     }
     EXPECT_EQ(OpenBlasThreads(), 1);
     EXPECT_EQ(at::get_num_threads(), 2) << "the caller's count is back";
@@ -591,6 +602,9 @@ TEST(Threading, OpenBlasThreadsSleepAfterAThreadedProduct) {
   // call (this test then measures ~99 ms of CPU); with the server's setting it sleeps within
   // about 0.4 ms.
   ThreadingRestorer restore;
+  if (const char* preset = std::getenv("OPENBLAS_THREAD_TIMEOUT"); preset != nullptr && std::atoi(preset) > 20) {
+    GTEST_SKIP() << "OPENBLAS_THREAD_TIMEOUT=" << preset << " was set by the caller, and the caller's value wins";
+  }
   if (!ConfigureThreading(2, kDefaultParallelMinTokens, true, /*blas_parallel=*/true).blas_parallel) {
     GTEST_SKIP() << "no OpenBLAS with threads to put to sleep";
   }
@@ -628,9 +642,17 @@ TEST_P(EveryTinyModel, BlasParallelRunsMatchOneThread) {
   const int64_t tokens = executor.MakeInputs(batch.rows).second.numel();
   ASSERT_EQ(RowChunksFor(static_cast<int64_t>(batch.rows.size()), tokens), 1) << tokens << " tokens must not split";
   RunResult blas;
+  const int64_t hand_overs = BlasHandOvers();
   std::thread batcher([&] { blas = RunBatch(executor, batch); });
   batcher.join();
   ASSERT_TRUE(blas.stats.ok()) << blas.stats.status();
+  EXPECT_GT(BlasHandOvers(), hand_overs) << "the field evaluations ran in a BlasThreadsScope";
+  ExecBatch waiting = batch;
+  waiting.others_waiting = true;
+  const int64_t before_waiting = BlasHandOvers();
+  std::thread busy([&] { EXPECT_TRUE(RunBatch(executor, waiting).stats.ok()); });
+  busy.join();
+  EXPECT_EQ(BlasHandOvers(), before_waiting) << "no hand-over while calls wait";
   EXPECT_EQ(blas.stats->token_evaluations, one_thread.stats->token_evaluations);
   for (size_t r = 0; r < batch.rows.size(); ++r) {
     EXPECT_LE(MaxAbsDiff(blas.outputs[r], one_thread.outputs[r]), Tolerance(one_thread.outputs[r])) << "row " << r;
