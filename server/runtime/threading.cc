@@ -36,7 +36,7 @@ std::atomic<int64_t> g_blas_hand_overs{0};
 // its library loads and sizes the spin when it starts its threads, so: set it (the caller's
 // value wins), re-read OpenBLAS's environment, and stop the threads it started at load; the
 // next threaded call restarts them with the short spin. False (BlasThreadsScope stays off)
-// where this OpenBLAS lacks either call.
+// where this OpenBLAS lacks a call used here or runs its threads through OpenMP.
 bool LetBlasThreadsSleep(ThreadingReport& report) {
   using VoidFn = void (*)();
   using IntFn = int (*)();

@@ -76,8 +76,8 @@ struct ThreadingReport {
 /// run on one thread (0: every call uses all intra-op threads). `row_parallel`: see
 /// RowChunksFor. `blas_parallel`: see BlasThreadsScope; only for a process that runs one model
 /// call at a time (OpenBLAS's thread count is process-wide); it also makes OpenBLAS's idle
-/// threads sleep at once (kOpenBlasThreadTimeout), and stays off without OpenBLAS or where that
-/// cannot be done.
+/// threads sleep within about 0.4 ms (kOpenBlasThreadTimeout), and stays off without OpenBLAS
+/// or where that cannot be done.
 /// Call once, before any model runs.
 ThreadingReport ConfigureThreading(int intra_op_threads, int parallel_min_tokens = kDefaultParallelMinTokens,
                                    bool row_parallel = true, bool blas_parallel = false);
