@@ -37,6 +37,12 @@ std::atomic<int64_t> g_blas_hand_overs{0};
 // value wins), re-read OpenBLAS's environment, and stop the threads it started at load; the
 // next threaded call restarts them with the short spin. False (BlasThreadsScope stays off)
 // where this OpenBLAS lacks a call used here or runs its threads through OpenMP.
+// The shape rule of RowChunksFor, whatever --row_parallel says: whether row ranges can take a
+// call at all. BlasThreadsScope hands over exactly the calls it rejects.
+bool RowsSplittable(int64_t rows, int64_t tokens, int64_t min_tokens, int64_t min_rows_per_chunk) {
+  return tokens >= min_tokens && rows >= 2 * std::max<int64_t>(1, min_rows_per_chunk);
+}
+
 bool LetBlasThreadsSleep(ThreadingReport& report) {
   using VoidFn = void (*)();
   using IntFn = int (*)();
@@ -120,7 +126,7 @@ void SetIntraOpThreadsFor(int64_t tokens) {
 
 int RowChunksFor(int64_t rows, int64_t tokens, int64_t min_tokens, int64_t min_rows_per_chunk) {
   const int threads = g_intra_op_threads.load();
-  if (!g_row_parallel.load() || threads <= 1 || tokens < min_tokens) return 1;
+  if (!g_row_parallel.load() || threads <= 1 || !RowsSplittable(rows, tokens, min_tokens, min_rows_per_chunk)) return 1;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, rows / std::max<int64_t>(1, min_rows_per_chunk))));
 }
 
@@ -159,9 +165,10 @@ std::vector<at::Tensor> EvaluateRowChunks(int chunks, const std::vector<at::Tens
   return outputs;
 }
 
-BlasThreadsScope::BlasThreadsScope(int64_t tokens) {
+BlasThreadsScope::BlasThreadsScope(bool allowed, int64_t rows, int64_t tokens) {
   const SetBlasThreads set = g_blas_parallel_set.load();
-  if (set == nullptr || tokens < kBlasParallelMinTokens) return;
+  if (!allowed || set == nullptr || tokens < kBlasParallelMinTokens) return;
+  if (RowsSplittable(rows, tokens, kRowParallelMinTokens, /*min_rows_per_chunk=*/1)) return;
   set_blas_threads_ = set;
   previous_intra_op_ = at::get_num_threads();
   set(g_intra_op_threads.load());

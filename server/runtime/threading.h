@@ -110,15 +110,16 @@ using RowChunkFn = std::function<std::vector<at::Tensor>(const std::vector<at::T
 /// graph-executor setting; the first exception is rethrown on the caller's thread.
 std::vector<at::Tensor> EvaluateRowChunks(int chunks, const std::vector<at::Tensor>& inputs, const RowChunkFn& fn);
 
-/// For one float32 CPU model call too small for row ranges (one row, or under their threshold) over
-/// `tokens` padded tokens: when ConfigureThreading enabled it and tokens >= kBlasParallelMinTokens,
+/// For one float32 CPU model call over `rows` x padded `tokens` that row ranges cannot take (one
+/// row, or under kRowParallelMinTokens: RowChunksFor's rule, whatever --row_parallel says): when
+/// `allowed`, ConfigureThreading enabled it and tokens >= kBlasParallelMinTokens,
 /// OpenBLAS gets the intra-op threads and the calling thread's LibTorch operators run serially
 /// (both threaded at once fight for the cores: up to 3.3x slower); both are restored at scope exit.
 /// Why: the server otherwise pins OpenBLAS to one thread, so such a call, which row ranges cannot
 /// spread, ran every product on one core.
 class BlasThreadsScope {
  public:
-  explicit BlasThreadsScope(int64_t tokens);
+  BlasThreadsScope(bool allowed, int64_t rows, int64_t tokens);
   ~BlasThreadsScope();
   BlasThreadsScope(const BlasThreadsScope&) = delete;
   BlasThreadsScope& operator=(const BlasThreadsScope&) = delete;

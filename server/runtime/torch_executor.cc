@@ -111,8 +111,7 @@ void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
       // --row_parallel says) spreads its products over OpenBLAS's threads instead, unless calls
       // were waiting when the batch started: then the RPC threads need the other core
       // (measured: saturated one-row traffic lost up to 15% of throughput to the hand-over).
-      const bool cannot_split = h.size(0) == 1 || mask.numel() < kRowParallelMinTokens;
-      BlasThreadsScope blas(row_parallel && cannot_split && !batch.others_waiting ? mask.numel() : 0);
+      BlasThreadsScope blas(row_parallel && !batch.others_waiting, h.size(0), mask.numel());
       h = SolverStep(batch.solver, field, h, dt);
     }
     stats.token_evaluations += mask.numel() * evaluations;

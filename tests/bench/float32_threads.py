@@ -1,11 +1,15 @@
 #!/usr/bin/python3
-"""Why float32 CPU calls split their rows (server --row_parallel): one shared-block evaluation
-of a bundled model over a 32 x 64-token batch, float32, under each way of using 2 cores.
+"""Why float32 CPU calls split their rows (server --row_parallel), and why calls too small to
+split hand their products to OpenBLAS's threads (--blas_parallel): one shared-block evaluation
+of a bundled model over a --rows x --tokens batch (32 x 64 by default), float32, under each way
+of using 2 cores.
 
   torch T / openblas B   one call, LibTorch intra-op threads T, OpenBLAS threads B
-  row split              two calls over 16 rows each at once (1 + 1 threads, OpenBLAS 1)
+  row split              two calls over half the rows each at once (1 + 1 threads, OpenBLAS 1;
+                         not run for a single row)
 
   OPENBLAS_NUM_THREADS=1 /usr/bin/python3 tests/bench/float32_threads.py [--model DIR]
+      [--rows R --tokens T]   e.g. --model models/repository/classify-sections --rows 1 --tokens 128
 
 Each line is the mean of --calls evaluations after 3 unmeasured ones, in its own process (thread
 counts are process-wide). Prints the OpenBLAS kernel family it ran. Then, one thread each, the
@@ -24,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 
-def measure(model_dir, torch_threads, blas_threads, split, calls):
+def measure(model_dir, torch_threads, blas_threads, split, calls, rows, tokens):
     torch.set_num_threads(torch_threads)
     blas = ctypes.CDLL("libopenblas.so.0")
     blas.openblas_set_num_threads(blas_threads)
@@ -33,8 +37,8 @@ def measure(model_dir, torch_threads, blas_threads, split, calls):
     model.eval()
     model.prepare()
     torch.manual_seed(0)
-    x = torch.randint(5, 8000, (32, 64))
-    mask = torch.ones(32, 64)
+    x = torch.randint(5, 8000, (rows, tokens))
+    mask = torch.ones(rows, tokens)
     pool = ThreadPoolExecutor(1)
 
     def field(h):
@@ -44,8 +48,9 @@ def measure(model_dir, torch_threads, blas_threads, split, calls):
     def evaluate(h):
         if not split:
             return field(h)
-        other = pool.submit(field, h[16:])  # TorchScript calls release the GIL
-        return torch.cat([field(h[:16]), other.result()])
+        half = h.size(0) // 2
+        other = pool.submit(field, h[half:])  # TorchScript calls release the GIL
+        return torch.cat([field(h[:half]), other.result()])
 
     with torch.inference_mode():
         h = model.input_stage(x, mask)
@@ -84,13 +89,17 @@ def main():
     ap.add_argument("--model", default=os.path.join(os.path.dirname(__file__), "..", "..", "models",
                                                     "repository", "embed-sharebert"))
     ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--rows", type=int, default=32)
+    ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--one", nargs=3, type=int, help=argparse.SUPPRESS)  # torch, blas, split
     args = ap.parse_args()
     if args.one:
-        measure(args.model, args.one[0], args.one[1], bool(args.one[2]), args.calls)
+        measure(args.model, args.one[0], args.one[1], bool(args.one[2]), args.calls, args.rows, args.tokens)
         return
-    for torch_threads, blas_threads, split in ((1, 1, 0), (2, 1, 0), (1, 2, 0), (2, 2, 0), (1, 1, 1)):
+    ways = [(1, 1, 0), (2, 1, 0), (1, 2, 0), (2, 2, 0)] + ([(1, 1, 1)] if args.rows > 1 else [])
+    for torch_threads, blas_threads, split in ways:
         subprocess.run([sys.executable, __file__, "--model", args.model, "--calls", str(args.calls),
+                        "--rows", str(args.rows), "--tokens", str(args.tokens),
                         "--one", str(torch_threads), str(blas_threads), str(split)], check=True)
     kernels(20 * args.calls)
 

@@ -571,13 +571,15 @@ TEST(Threading, BlasThreadsScopeHandsProductsToOpenBlasAndRestores) {
     IntraOpThreadsScope threads;
     ASSERT_EQ(at::get_num_threads(), 2);
     {
-      BlasThreadsScope small(kBlasParallelMinTokens - 1);
+      BlasThreadsScope small(true, 1, kBlasParallelMinTokens - 1);
       EXPECT_FALSE(small.active()) << "small calls keep one OpenBLAS thread";
       EXPECT_EQ(OpenBlasThreads(), 1);
     }
     {
-      BlasThreadsScope blas(kBlasParallelMinTokens);
-      EXPECT_TRUE(blas.active());
+      EXPECT_FALSE(BlasThreadsScope(true, 2, kRowParallelMinTokens).active()) << "row ranges take this call";
+      EXPECT_FALSE(BlasThreadsScope(false, 1, kBlasParallelMinTokens).active()) << "not allowed by the caller";
+      BlasThreadsScope blas(true, 1, kRowParallelMinTokens);
+      EXPECT_TRUE(blas.active()) << "one row cannot split, however long";
       EXPECT_EQ(OpenBlasThreads(), 2);
       EXPECT_EQ(at::get_num_threads(), 1) << "LibTorch's operators run serially meanwhile";
       // Large enough for OpenBLAS to thread (the tiny models' products are not).
@@ -591,10 +593,10 @@ TEST(Threading, BlasThreadsScopeHandsProductsToOpenBlasAndRestores) {
   });
   caller.join();
   ConfigureThreading(2, kDefaultParallelMinTokens, /*row_parallel=*/true, /*blas_parallel=*/false);
-  EXPECT_FALSE(BlasThreadsScope(4 * kBlasParallelMinTokens).active()) << "off unless asked for";
+  EXPECT_FALSE(BlasThreadsScope(true, 1, 4 * kBlasParallelMinTokens).active()) << "off unless asked for";
   EXPECT_FALSE(ConfigureThreading(1, kDefaultParallelMinTokens, true, /*blas_parallel=*/true).blas_parallel)
       << "one intra-op thread leaves nothing to hand over";
-  EXPECT_FALSE(BlasThreadsScope(4 * kBlasParallelMinTokens).active());
+  EXPECT_FALSE(BlasThreadsScope(true, 1, 4 * kBlasParallelMinTokens).active());
 }
 
 TEST(Threading, OpenBlasThreadsSleepAfterAThreadedProduct) {
@@ -611,7 +613,8 @@ TEST(Threading, OpenBlasThreadsSleepAfterAThreadedProduct) {
   const torch::Tensor a = torch::randn({512, 512});
   {
     c10::InferenceMode inference;
-    BlasThreadsScope blas(kBlasParallelMinTokens);
+    BlasThreadsScope blas(true, 1, kBlasParallelMinTokens);
+    ASSERT_TRUE(blas.active());
     for (int i = 0; i < 10; ++i) (void)torch::mm(a, a);
   }
   timespec before{}, after{};
