@@ -35,6 +35,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from odeserve_models import families  # noqa: E402
+from odeserve_models.cpu import autocast_enabled  # noqa: E402
 from odeserve_models.data import Encoded, load_jsonl  # noqa: E402
 from odeserve_models.hashing import PieceHasher  # noqa: E402
 from odeserve_models.mlm import MlmHead, integrate, mask_sequences, mlm_logits  # noqa: E402
@@ -71,7 +72,9 @@ def parse():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--init", default="", help="weights to start from: a run's checkpoint, or an exported "
                     "classifier's or embedding model's model.pt; positions are extended when --max-len is longer")
-    ap.add_argument("--amp", type=int, default=1, help="bf16 autocast (2-2.5x faster on this CPU)")
+    ap.add_argument("--amp", type=int, default=-1,
+                    help="bf16 autocast: 1 on, 0 off, -1 on where bfloat16 is native (2-2.5x faster on a Zen 4, "
+                         "about 22x slower where emulated, models/bench_autocast.py)")
     ap.add_argument("--ckpt-minutes", type=float, default=4)
     ap.add_argument("--objective", default="joint", choices=["joint", "classify", "mlm"])
     ap.add_argument("--mask-prob", type=float, default=0.15, help="mlm: share of the pieces masked")
@@ -82,6 +85,11 @@ def parse():
     ap.add_argument("--token-dropout", type=float, default=0.0,
                     help="classify: share of each English text's pieces (bos kept) hidden from the encoder per batch")
     ap.add_argument("--pooled-dropout", type=float, default=0.0, help="classify: dropout on the classifier's input")
+    ap.add_argument("--teacher", default="",
+                    help="classify: out-of-fold teacher probabilities (train/tfidf_teacher.py's .npz) to distil")
+    ap.add_argument("--kd-weight", type=float, default=0.5,
+                    help="classify with --teacher: the loss is (1 - w) CE(labels) + w T^2 KL(teacher_T || model_T)")
+    ap.add_argument("--kd-temp", type=float, default=2.0, help="classify with --teacher: the temperature T")
     return ap.parse_args()
 
 
@@ -163,12 +171,33 @@ def drop_tokens(mask, rows, p):
     return out
 
 
+def load_teacher(path, rows, labels):
+    """[len(rows), labels] teacher probabilities, in the order of rows (matched by md5)."""
+    t = np.load(path)
+    if list(t["labels"]) != list(labels):
+        raise ValueError("%s: teacher labels %s differ from the manifest's" % (path, list(t["labels"])))
+    at = {m: i for i, m in enumerate(t["md5"].tolist())}
+    missing = [r["md5"] for r in rows if r["md5"] not in at]
+    if missing:
+        raise ValueError("%s: no teacher probabilities for %d training rows (first %s)" % (path, len(missing), missing[0]))
+    return torch.from_numpy(t["probs"][[at[r["md5"]] for r in rows]].astype(np.float32))
+
+
+def distillation_loss(logits, teacher_probs, temperature):
+    """T^2 KL(teacher_T || model_T) (Hinton et al.), with the teacher's probabilities sharpened or
+    softened by the same temperature: p_T ~ p^(1/T)."""
+    target = F.log_softmax(torch.log(teacher_probs.clamp(min=1e-8)) / temperature, dim=-1)
+    return temperature ** 2 * F.kl_div(F.log_softmax(logits / temperature, dim=-1), target,
+                                       log_target=True, reduction="batchmean")
+
+
 def encode_pooled(model, x, mask, n):
     return model.pool(integrate(model, x, mask, n), mask)
 
 
 def main():
     a = parse()
+    a.amp = int(autocast_enabled(a.amp))
     torch.set_num_threads(a.threads)
     os.makedirs(a.out, exist_ok=True)
     log = open(os.path.join(a.out, "train.log"), "a")
@@ -203,8 +232,12 @@ def main():
     say("loaded", n_sl, "short-long pairs,", len(xl), "cross-lingual pairs in %.0fs" % (time.time() - t0))
     # tokenize once
     t0 = time.time()
-    labelled = [(r["text"], lab_id[r["label"]]) for r in sec] if a.objective == "classify" else []
-    texts = sorted({p[1] for p in pairs + xl} | {p[2] for p in pairs + xl} | {t for t, _ in labelled})
+    labelled = [(r["text"], lab_id[r["label"]], i) for i, r in enumerate(sec)] if a.objective == "classify" else []
+    teacher = load_teacher(a.teacher, sec, labels) if a.teacher and a.objective == "classify" else None
+    if teacher is not None:
+        agree = float((teacher.argmax(-1) == torch.tensor([y for _, y, _ in labelled])).float().mean())
+        say("teacher", a.teacher, "agrees with the labels on %.4f of the training rows" % agree)
+    texts = sorted({p[1] for p in pairs + xl} | {p[2] for p in pairs + xl} | {t for t, _, _ in labelled})
     seqs = dict(zip(texts, enc.encode(texts)))
     say("tokenized", len(texts), "texts in %.0fs" % (time.time() - t0),
         "distinct pieces %d" % len(enc.piece_index) if enc.hashed else "")
@@ -248,7 +281,7 @@ def main():
 
     @torch.no_grad()
     def evaluate(ns):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(a.amp)):
             return _evaluate(ns)
 
     def _evaluate(ns):
@@ -282,7 +315,7 @@ def main():
         model.eval()
         res = {}
         seqs_v, targets_v = mlm_val
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(a.amp)):
             for n in ns:
                 correct = total = 0
                 for i in range(0, len(seqs_v), 100):
@@ -336,7 +369,8 @@ def main():
                 ce_texts, ce_labels = [], []
             else:
                 picked = [labelled[rng.randrange(len(labelled))] for _ in range(a.batch)]
-                ce_texts, ce_labels = [t for t, _ in picked], [y for _, y in picked]
+                ce_texts, ce_labels = [t for t, _, _ in picked], [y for _, y, _ in picked]
+                ce_teacher = teacher[[i for _, _, i in picked]] if teacher is not None else None
                 batch = [draw_xl_pair() for _ in range(a.align_pairs)]
             q = [seqs[b[1]] for b in batch]; d = [seqs[b[2]] for b in batch]
             if a.objective == "joint":  # the pairs' English side carries the labels
@@ -358,6 +392,8 @@ def main():
             tgt = torch.arange(B)
             nce = 0.5 * (F.cross_entropy(sim, tgt) + F.cross_entropy(sim.T, tgt))
             ce = F.cross_entropy(logits, y)
+            if a.objective == "classify" and teacher is not None:
+                ce = (1 - a.kd_weight) * ce + a.kd_weight * distillation_loss(logits, ce_teacher, a.kd_temp)
             loss = a.nce_weight * nce + a.ce_weight * ce
             metrics = (nce.item(), ce.item())
         opt.zero_grad(set_to_none=True)

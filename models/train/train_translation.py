@@ -9,7 +9,7 @@ steps pre-trains on unaligned cross pairs (x_i, y_j), j a random derangement ins
 teacher-forced on y_j with a loss only on target positions whose token also occurs in the true
 translation y_i (key tokens), weighted by the token's IDF; the rest trains on aligned pairs.
 Label-smoothed cross entropy, AdamW, linear warm-up then cosine decay over --total-steps,
-bf16 autocast, a checkpoint every --ckpt-minutes (resumes from out/last.pt), log lines as JSON.
+bf16 autocast where the CPU has native bfloat16 (--amp), a checkpoint every --ckpt-minutes (resumes from out/last.pt), log lines as JSON.
 --init continues an earlier run's weights under a new schedule (a second stage).
 
   nice -n 10 /usr/bin/python3 models/train/train_translation.py --out models/work/runs/mt-robust \
@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 
 import torch  # noqa: E402
 
+from odeserve_models.cpu import autocast_enabled  # noqa: E402
 from odeserve_models.data import translation_pairs  # noqa: E402
 from odeserve_models.translation import SharedTranslator, beam_search, exported_weights  # noqa: E402
 import sentencepiece as spm  # noqa: E402
@@ -58,7 +59,8 @@ def parse():
     ap.add_argument("--label-smoothing", type=float, default=0.1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--amp", type=int, default=1)
+    ap.add_argument("--amp", type=int, default=-1,
+                    help="bf16 autocast: 1 on, 0 off, -1 on where bfloat16 is native (emulated elsewhere, and slow)")
     ap.add_argument("--ckpt-minutes", type=float, default=5)
     ap.add_argument("--init", default="",
                     help="final.pt of an earlier run, or an exported model.pt (TorchScript): start from "
@@ -209,6 +211,7 @@ def init_weights(path, model):
 
 def main():
     a = parse()
+    a.amp = int(autocast_enabled(a.amp))
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     rng = random.Random(a.seed)

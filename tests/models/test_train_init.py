@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Fine-tuning helpers of models/train/train.py: starting from an exported classifier's or
-embedding model's model.pt, extending the learned positions for longer inputs, and word dropout.
+embedding model's model.pt, extending the learned positions for longer inputs, word dropout, and
+distillation from the TF-IDF teacher (train/tfidf_teacher.py).
 
   /usr/bin/python3 -m unittest discover -s tests/models -p 'test_train_init.py'
 """
@@ -14,10 +15,11 @@ import unittest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "models"))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
-from odeserve_models import families  # noqa: E402
+from odeserve_models import cpu, families  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("train", ROOT / "models" / "train" / "train.py")
 train = importlib.util.module_from_spec(_spec)
@@ -116,6 +118,67 @@ class WordDropout(unittest.TestCase):
         share = 1 - out[:4, 1:300].mean().item()
         self.assertAlmostEqual(share, 0.25, delta=0.03)
         self.assertTrue(torch.equal(mask[:4, 1:300], torch.ones(4, 299)), "the input mask is not modified")
+
+
+_tspec = importlib.util.spec_from_file_location("tfidf_teacher", ROOT / "models" / "train" / "tfidf_teacher.py")
+tfidf_teacher = importlib.util.module_from_spec(_tspec)
+_tspec.loader.exec_module(tfidf_teacher)
+
+
+class Distillation(unittest.TestCase):
+    def test_the_loss_is_zero_at_the_teacher_and_grows_away_from_it(self):
+        teacher = torch.softmax(torch.tensor([[2.0, 0.5, -1.0], [0.0, 3.0, 1.0]]), -1)
+        for temperature in (1.0, 2.0):
+            at_teacher = train.distillation_loss(torch.log(teacher), teacher, temperature)
+            self.assertAlmostEqual(at_teacher.item(), 0.0, places=5)
+            away = train.distillation_loss(torch.log(teacher).flip(-1), teacher, temperature)
+            self.assertGreater(away.item(), 0.1)
+
+    def test_its_gradient_pulls_the_logits_towards_the_teacher(self):
+        teacher = torch.tensor([[0.7, 0.2, 0.1]])
+        logits = torch.zeros(1, 3, requires_grad=True)
+        train.distillation_loss(logits, teacher, 2.0).backward()
+        self.assertLess(logits.grad[0, 0].item(), 0.0, "the teacher's favourite is raised")
+        self.assertGreater(logits.grad[0, 2].item(), 0.0, "its least likely class is lowered")
+
+    def test_teacher_rows_follow_the_training_rows_by_md5(self):
+        labels = ["a", "b"]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "t.npz")
+            np.savez(path, md5=np.array(["m1", "m2"]), probs=np.array([[0.9, 0.1], [0.2, 0.8]], np.float32),
+                     labels=np.array(labels))
+            got = train.load_teacher(path, [{"md5": "m2"}, {"md5": "m1"}], labels)
+            torch.testing.assert_close(got, torch.tensor([[0.2, 0.8], [0.9, 0.1]]))
+            with self.assertRaisesRegex(ValueError, "no teacher probabilities for 1 training rows"):
+                train.load_teacher(path, [{"md5": "m3"}], labels)
+            with self.assertRaisesRegex(ValueError, "teacher labels"):
+                train.load_teacher(path, [{"md5": "m1"}], ["b", "a"])
+
+    def test_a_source_package_keeps_its_fold(self):
+        # sha256, not Python's salted hash: the same folds on every run and machine
+        self.assertEqual(tfidf_teacher.fold_of("firefox-esr", 5), 4)
+        self.assertEqual(tfidf_teacher.fold_of("python-multi-key-dict", 5), 3)
+        folds = {tfidf_teacher.fold_of("source-%d" % i, 5) for i in range(200)}
+        self.assertEqual(folds, set(range(5)))
+
+
+class AutocastDefault(unittest.TestCase):
+    def cpu(self, flags):
+        with tempfile.NamedTemporaryFile("w", suffix=".cpuinfo", delete=False) as f:
+            f.write("processor\t: 0\nflags\t\t: %s\n\nprocessor\t: 1\nflags\t\t: %s\n" % (flags, flags))
+        self.addCleanup(os.unlink, f.name)
+        return cpu.native_bfloat16(f.name)
+
+    def test_native_only_with_a_bfloat16_instruction_set(self):
+        self.assertTrue(self.cpu("fpu sse2 avx2 fma avx512f avx512_bf16"))
+        self.assertTrue(self.cpu("fpu avx2 amx_bf16 amx_tile"))
+        self.assertFalse(self.cpu("fpu sse2 avx2 fma avx512f avx512bw"), "Zen 3 / Skylake-X: emulated")
+        self.assertFalse(self.cpu("fpu avx512_bf16x"), "a whole flag, not a prefix")
+
+    def test_an_explicit_choice_wins(self):
+        self.assertTrue(cpu.autocast_enabled(1))
+        self.assertFalse(cpu.autocast_enabled(0))
+        self.assertEqual(cpu.autocast_enabled(-1), cpu.native_bfloat16())
 
 
 if __name__ == "__main__":

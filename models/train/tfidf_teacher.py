@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Out-of-fold TF-IDF + logistic regression probabilities for every English training description,
+the teacher of `train.py --objective classify --teacher`.
+
+Each description's probabilities come from a model that never saw its source package: the
+training split is cut into K folds by source package (descriptions of one source are often
+near-copies, e.g. the firefox-esr-l10n-* packages), and each fold is predicted by TF-IDF + LR fitted
+on the other K-1 (the same features and regression as the baseline, eval_baselines.py; its epoch
+chosen on the validation split). The test split is never read.
+
+    nice -n 10 /usr/bin/python3 models/train/tfidf_teacher.py   # -> models/work/teacher/tfidf-oof.npz
+"""
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+import numpy as np  # noqa: E402
+from odeserve_models.baselines import Tfidf, predict, train_logreg, word_features  # noqa: E402
+from odeserve_models.data import load_jsonl  # noqa: E402
+
+
+def fold_of(source: str, folds: int) -> int:
+    """A source package's fold, stable across runs and machines (not Python's salted hash)."""
+    return int(hashlib.sha256(source.encode("utf-8")).hexdigest()[:8], 16) % folds
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(1, keepdims=True)
+    p = np.exp(z)
+    return p / p.sum(1, keepdims=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--out", default=os.path.join(HERE, "..", "work", "teacher", "tfidf-oof.npz"))
+    a = ap.parse_args()
+    t0 = time.time()
+    labels = json.load(open(os.path.join(HERE, "..", "data", "manifest.json")))["labels"]
+    lid = {l: i for i, l in enumerate(labels)}
+    train = load_jsonl("sections-train-en.jsonl")
+    valid = load_jsonl("sections-valid-en.jsonl")
+    y = np.array([lid[r["label"]] for r in train]); yva = np.array([lid[r["label"]] for r in valid])
+    fold = np.array([fold_of(r["source"], a.folds) for r in train])
+    probs = np.zeros((len(train), len(labels)), np.float32)
+    for k in range(a.folds):
+        fit, held = np.where(fold != k)[0], np.where(fold == k)[0]
+        vec = Tfidf(word_features, min_df=2, max_features=200000).fit([train[i]["text"] for i in fit])
+        X = vec.transform([r["text"] for r in train])
+        W, b = train_logreg(X[fit], y[fit], len(labels), epochs=6,
+                            X_val=vec.transform([r["text"] for r in valid]), y_val=yva)
+        probs[held] = softmax(np.asarray(X[held] @ W + b))
+        acc = float((predict(X[held], W, b) == y[held]).mean())
+        print("fold %d: fitted on %d, held out %d, held-out accuracy %.4f (%.0fs)" % (
+            k, len(fit), len(held), acc, time.time() - t0), flush=True)
+    oof = float((probs.argmax(1) == y).mean())
+    print("out-of-fold accuracy over the training split %.4f" % oof, flush=True)
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    np.savez_compressed(a.out, md5=np.array([r["md5"] for r in train]), probs=probs, labels=np.array(labels),
+                        folds=a.folds, oof_accuracy=oof)
+    print("wrote", a.out, "in %.0fs" % (time.time() - t0))
+
+
+if __name__ == "__main__":
+    main()
