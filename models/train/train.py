@@ -198,6 +198,8 @@ def encode_pooled(model, x, mask, n):
 def main():
     a = parse()
     a.amp = int(autocast_enabled(a.amp))
+    if a.teacher and a.objective != "classify":
+        raise SystemExit("--teacher distils into the section classifier: it needs --objective classify")
     torch.set_num_threads(a.threads)
     os.makedirs(a.out, exist_ok=True)
     log = open(os.path.join(a.out, "train.log"), "a")
@@ -233,7 +235,7 @@ def main():
     # tokenize once
     t0 = time.time()
     labelled = [(r["text"], lab_id[r["label"]], i) for i, r in enumerate(sec)] if a.objective == "classify" else []
-    teacher = load_teacher(a.teacher, sec, labels) if a.teacher and a.objective == "classify" else None
+    teacher = load_teacher(a.teacher, sec, labels) if a.teacher else None
     if teacher is not None:
         agree = float((teacher.argmax(-1) == torch.tensor([y for _, y, _ in labelled])).float().mean())
         say("teacher", a.teacher, "agrees with the labels on %.4f of the training rows" % agree)
@@ -392,7 +394,7 @@ def main():
             tgt = torch.arange(B)
             nce = 0.5 * (F.cross_entropy(sim, tgt) + F.cross_entropy(sim.T, tgt))
             ce = F.cross_entropy(logits, y)
-            if a.objective == "classify" and teacher is not None:
+            if teacher is not None:
                 ce = (1 - a.kd_weight) * ce + a.kd_weight * distillation_loss(logits, ce_teacher, a.kd_temp)
             loss = a.nce_weight * nce + a.ce_weight * ce
             metrics = (nce.item(), ce.item())
@@ -404,7 +406,7 @@ def main():
         losses.append((*metrics, n))
         if state["step"] % 25 == 0:
             ln = np.array([l[:2] for l in losses[-25:]]).mean(0)
-            names = ("mlm", "acc") if a.objective == "mlm" else ("nce", "ce")
+            names = ("mlm", "acc") if a.objective == "mlm" else ("nce", "ce+kd" if teacher is not None else "ce")
             say("step %d  %.1f/%.0f min  lr %.2e  %s %.3f  %s %.3f  mean n %.1f  %.2f s/step" % (
                 state["step"], elapsed / 60, a.minutes, lr, names[0], ln[0], names[1], ln[1],
                 np.mean([l[2] for l in losses[-25:]]), elapsed / max(1, state["step"])))
