@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
 import sentencepiece as spm  # noqa: E402
-from odeserve_models.baselines import Tfidf, char_tfidf_retrieval, macro_f1, predict, train_logreg, word_features  # noqa: E402
+from odeserve_models.baselines import char_tfidf_retrieval, fit_tfidf_lr, macro_f1, predict  # noqa: E402
 from odeserve_models.data import load_jsonl  # noqa: E402
 from eval_sets import eval_sets  # noqa: E402
 
@@ -26,11 +26,9 @@ def first_pieces(tokenizer, n):
 
 
 def tfidf_classifier(train, valid, ytr, yva, n_labels, view):
-    train_texts = [view(r["text"]) for r in train]  # cut once: SentencePiece over 48k texts is not free
-    vec = Tfidf(word_features, min_df=2, max_features=200000).fit(train_texts)
-    Xtr = vec.transform(train_texts); Xva = vec.transform([view(r["text"]) for r in valid])
-    print("tfidf features", Xtr.shape, flush=True)
-    W, b = train_logreg(Xtr, ytr, n_labels, epochs=6, X_val=Xva, y_val=yva)
+    # each text cut once: SentencePiece over 48k texts is not free
+    vec, W, b = fit_tfidf_lr([view(r["text"]) for r in train], ytr, [view(r["text"]) for r in valid], yva, n_labels,
+                             log=lambda msg: print(msg, flush=True))
     return lambda texts: predict(vec.transform([view(t) for t in texts]), W, b)
 
 

@@ -92,6 +92,17 @@ def train_logreg(X: sp.csr_matrix, y: np.ndarray, n_classes: int, epochs=8, lr=0
     return W, b
 
 
+def fit_tfidf_lr(train_texts: Sequence[str], y: np.ndarray, valid_texts: Sequence[str], y_val: np.ndarray,
+                 n_classes: int, log=print) -> Tuple[Tfidf, np.ndarray, np.ndarray]:
+    """The classification baseline, TF-IDF word 1-2-grams + softmax regression: features fitted on
+    train_texts, the regression's epoch chosen on the validation texts. Returns (features, W, b)."""
+    vec = Tfidf(word_features, min_df=2, max_features=200000).fit(train_texts)
+    X = vec.transform(train_texts)
+    log("tfidf features %s" % (X.shape,))
+    W, b = train_logreg(X, y, n_classes, epochs=6, X_val=vec.transform(valid_texts), y_val=y_val, log=log)
+    return vec, W, b
+
+
 def predict(X, W, b):
     return np.asarray(X @ W + b).argmax(1)
 

@@ -5,8 +5,8 @@ the teacher of `train.py --objective classify --teacher`.
 Each description's probabilities come from a model that never saw its source package: the
 training split is cut into K folds by source package (descriptions of one source are often
 near-copies, e.g. the firefox-esr-l10n-* packages), and each fold is predicted by TF-IDF + LR fitted
-on the other K-1 (the same features and regression as the baseline, eval_baselines.py; its epoch
-chosen on the validation split). The test split is never read.
+on the other K-1 (the baseline's own fit_tfidf_lr, as eval_baselines.py runs it: its epoch chosen
+on the validation split). The test split is never read.
 
     nice -n 10 /usr/bin/python3 models/train/tfidf_teacher.py   # -> models/work/teacher/tfidf-oof.npz
 """
@@ -20,7 +20,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 import numpy as np  # noqa: E402
-from odeserve_models.baselines import Tfidf, predict, train_logreg, word_features  # noqa: E402
+from odeserve_models.baselines import fit_tfidf_lr, predict  # noqa: E402
 from odeserve_models.data import load_jsonl  # noqa: E402
 
 
@@ -46,16 +46,16 @@ def main():
     train = load_jsonl("sections-train-en.jsonl")
     valid = load_jsonl("sections-valid-en.jsonl")
     y = np.array([lid[r["label"]] for r in train]); yva = np.array([lid[r["label"]] for r in valid])
+    valid_texts = [r["text"] for r in valid]
     fold = np.array([fold_of(r["source"], a.folds) for r in train])
     probs = np.zeros((len(train), len(labels)), np.float32)
     for k in range(a.folds):
         fit, held = np.where(fold != k)[0], np.where(fold == k)[0]
-        vec = Tfidf(word_features, min_df=2, max_features=200000).fit([train[i]["text"] for i in fit])
-        X = vec.transform([r["text"] for r in train])
-        W, b = train_logreg(X[fit], y[fit], len(labels), epochs=6,
-                            X_val=vec.transform([r["text"] for r in valid]), y_val=yva)
-        probs[held] = softmax(np.asarray(X[held] @ W + b))
-        acc = float((predict(X[held], W, b) == y[held]).mean())
+        vec, W, b = fit_tfidf_lr([train[i]["text"] for i in fit], y[fit], valid_texts, yva, len(labels),
+                                 log=lambda msg: print(msg, flush=True))
+        X_held = vec.transform([train[i]["text"] for i in held])
+        probs[held] = softmax(np.asarray(X_held @ W + b))
+        acc = float((predict(X_held, W, b) == y[held]).mean())
         print("fold %d: fitted on %d, held out %d, held-out accuracy %.4f (%.0fs)" % (
             k, len(fit), len(held), acc, time.time() - t0), flush=True)
     oof = float((probs.argmax(1) == y).mean())
