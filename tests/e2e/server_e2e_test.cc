@@ -844,7 +844,15 @@ TEST(ServerLifecycle, SigtermDrainsInFlightCallsThenExitsZero) {
       return r;
     }(), &response);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // SIGTERM only once the server counts the call in flight (the count its drain waits on): a fixed
+  // sleep raced the call's own connection on a busy machine, and a server with nothing in flight
+  // rightly stops listening at once.
+  const std::string queued = "odeserve_requests_in_flight{model=\"slow-queue\"} 1\n";
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (testing::HttpGet(server.metrics_port(), "/metrics").find(queued) == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "the call was never in flight\n" << server.log();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   const auto channel = server.channel();
   kill(server.pid(), SIGTERM);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
