@@ -177,7 +177,12 @@ int Run() {
   const absl::Time give_up = absl::Now() + drain_timeout;
   while (inference.in_flight() > 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
   const int abandoned = inference.in_flight();
-  server->Shutdown(absl::ToChronoTime(std::max(absl::Now(), give_up)));
+  // What is left is quick (health checks, GetModel, the last writes of finished calls) or open
+  // ended (health Watch streams, reflection): a short grace, then gRPC cancels what is still
+  // open. Waiting for give_up here kept the process up for the whole drain timeout whenever a
+  // client watched health.
+  constexpr absl::Duration kShutdownGrace = absl::Milliseconds(500);
+  server->Shutdown(absl::ToChronoTime(std::min(give_up, absl::Now() + kShutdownGrace)));
   models.StopAll();
   if (abandoned > 0) LogWarning(absl::StrCat(abandoned, " calls were still running at the drain timeout"));
   LogInfo("stopped");

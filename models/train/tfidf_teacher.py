@@ -20,7 +20,6 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 import numpy as np  # noqa: E402
-from odeserve_models.baselines import fit_tfidf_lr, predict  # noqa: E402
 from odeserve_models.data import load_jsonl  # noqa: E402
 
 
@@ -36,6 +35,8 @@ def softmax(z: np.ndarray) -> np.ndarray:
 
 
 def main():
+    # Here, not at the top: the tests import fold_of without scipy (not installed for CI)
+    from odeserve_models.baselines import fit_tfidf_lr, predict
     ap = argparse.ArgumentParser()
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--out", default=os.path.join(HERE, "..", "work", "teacher", "tfidf-oof.npz"))

@@ -319,9 +319,15 @@ double ModelScheduler::LatencyInflation() const {
   return latency_inflation_;
 }
 
+void ModelScheduler::PublishQueueDepthLocked() {
+  // Under the lock, so the gauge sees depths in the order the queue took them: published after
+  // unlocking, a submitter that lost its core could overwrite the batcher's later, smaller depth
+  // (the gauge then counted rows that had already run).
+  if (options_.observer) options_.observer->OnQueueDepth(static_cast<int>(queued_.rows));
+}
+
 absl::Status ModelScheduler::Submit(std::unique_ptr<WorkItem> item) {
   const int rows = static_cast<int>(item->rows.size());
-  int depth = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return absl::UnavailableError(absl::StrCat("model '", options_.model_name, "' is shutting down"));
@@ -342,10 +348,9 @@ absl::Status ModelScheduler::Submit(std::unique_ptr<WorkItem> item) {
     entry->item = std::move(item);
     Accumulate(queued_, entry->remaining_work(), +1);
     queue_.push_back(std::move(entry));
-    depth = static_cast<int>(queued_.rows);
+    PublishQueueDepthLocked();
   }
   cv_.notify_one();
-  if (options_.observer) options_.observer->OnQueueDepth(depth);
   return absl::OkStatus();
 }
 
@@ -431,7 +436,7 @@ void ModelScheduler::BatcherLoop() {
     }
     std::vector<std::shared_ptr<Entry>> dropped;
     std::vector<Slice> batch = TakeBatchLocked(BatchRoom{}, dropped);
-    const int depth = static_cast<int>(queued_.rows);
+    PublishQueueDepthLocked();
     if (!batch.empty()) {
       const double predicted = PredictBatchSeconds(batch);
       running_until_ = absl::Now() + absl::Seconds(predicted);
@@ -451,7 +456,6 @@ void ModelScheduler::BatcherLoop() {
                   absl::Seconds(predicted / steps)};
     }
     lock.unlock();
-    if (options_.observer) options_.observer->OnQueueDepth(depth);
     FailDropped(dropped);
     if (!batch.empty()) RunBatch(std::move(batch));
     lock.lock();
@@ -545,7 +549,6 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
     const absl::Time now = absl::Now();
     std::vector<std::shared_ptr<Entry>> dropped;
     std::vector<Slice> joining;
-    int depth = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       running_.rows = room.rows;
@@ -569,11 +572,10 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
       running_.rows += joined_rows;
       running_.steps_left = max_end_iteration - room.iteration;
       running_until_ = now + running_.step * std::max(0, max_end_iteration - room.iteration);
-      depth = static_cast<int>(queued_.rows);
+      if (!(joining.empty() && dropped.empty())) PublishQueueDepthLocked();
     }
     last_boundary = now;
     FailDropped(dropped);
-    if (options_.observer && !(joining.empty() && dropped.empty())) options_.observer->OnQueueDepth(depth);
     std::vector<ExecRow> rows;
     if (joining.empty()) return rows;
     int batch_rows = room.rows;

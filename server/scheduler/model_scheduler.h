@@ -62,7 +62,9 @@ struct BatchObservation {
   double relative_error = 0;
 };
 
-/// Receives scheduler events (metrics). Called on the batcher thread or the submitting thread.
+/// Receives scheduler events (metrics). Called on the batcher thread or the submitting thread;
+/// OnQueueDepth with the scheduler's lock held (in queue order), so it must be quick and must not
+/// call back into the scheduler.
 class SchedulerObserver {
  public:
   virtual ~SchedulerObserver() = default;
@@ -229,6 +231,7 @@ class ModelScheduler {
   /// entry needs another solver, closes the running batch to joins (it must not wait behind
   /// later arrivals).
   std::vector<Slice> TakeBatchLocked(const BatchRoom& room, std::vector<std::shared_ptr<Entry>>& dropped);
+  void PublishQueueDepthLocked();
   /// Whether a running batch takes joins at the boundary after step `iteration`, with
   /// `steps_left` steps to go (the join window, kMinStepsLeftToJoin, the compute gate).
   bool TakesJoinsAt(int iteration, int steps_left) const;

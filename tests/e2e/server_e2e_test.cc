@@ -401,6 +401,20 @@ TEST_F(ServerTest, Bfloat16ModelPadsByDefaultAndServesCloseToFloat32) {
   }
 }
 
+// A health Watch stream on odeserve.v1.Inference (what load balancers and meshes hold open).
+struct InferenceHealthWatch {
+  explicit InferenceHealthWatch(const std::shared_ptr<grpc::Channel>& channel)
+      : stub(grpc::health::v1::Health::NewStub(channel)) {
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    request.set_service("odeserve.v1.Inference");
+    reader = stub->Watch(&context, request);
+  }
+  std::unique_ptr<grpc::health::v1::Health::Stub> stub;
+  grpc::ClientContext context;
+  grpc::health::v1::HealthCheckRequest request;
+  std::unique_ptr<grpc::ClientReader<grpc::health::v1::HealthCheckResponse>> reader;
+};
+
 TEST_F(ServerTest, HealthCheckAndWatchPerService) {
   auto health = grpc::health::v1::Health::NewStub(server_->channel());
   for (const std::string service : {"", "odeserve.v1.Inference"}) {
@@ -417,15 +431,11 @@ TEST_F(ServerTest, HealthCheckAndWatchPerService) {
   grpc::health::v1::HealthCheckResponse ignored;
   EXPECT_EQ(health->Check(&unknown_context, unknown, &ignored).error_code(), grpc::StatusCode::NOT_FOUND);
 
-  grpc::ClientContext watch_context;
-  watch_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  grpc::health::v1::HealthCheckRequest watch;
-  watch.set_service("odeserve.v1.Inference");
-  auto reader = health->Watch(&watch_context, watch);
+  InferenceHealthWatch watch(server_->channel());
   grpc::health::v1::HealthCheckResponse first;
-  ASSERT_TRUE(reader->Read(&first));
+  ASSERT_TRUE(watch.reader->Read(&first));
   EXPECT_EQ(first.status(), grpc::health::v1::HealthCheckResponse::SERVING);
-  watch_context.TryCancel();
+  watch.context.TryCancel();
 }
 
 TEST_F(ServerTest, ReflectionListsTheServices) {
@@ -875,6 +885,33 @@ TEST(ServerLifecycle, SigtermDrainsInFlightCallsThenExitsZero) {
             grpc::StatusCode::UNAVAILABLE);
   EXPECT_TRUE(in_flight.get().ok());
   EXPECT_EQ(server.Terminate(), 0) << server.log();
+  std::error_code ec;
+  fs::remove_all(repo, ec);
+}
+
+// A client that watches health (load balancers, kubelet's gRPC probe with a watcher, service
+// meshes) holds a stream open for as long as the server lives. Once nothing is in flight the
+// server must not wait out --drain_timeout (10 s here) for such streams to end: it tells them
+// NOT_SERVING, then closes them and exits.
+TEST(ServerLifecycle, SigtermWithAHealthWatchOpenExitsWithoutWaitingOutTheDrainTimeout) {
+  const fs::path repo = MakeRepository();
+  testing::ServerProcess server(ODESERVE_BINARY, repo);
+  ASSERT_TRUE(server.ok()) << server.log();
+  InferenceHealthWatch watch(server.channel());
+  auto& reader = watch.reader;
+  grpc::health::v1::HealthCheckResponse state;
+  ASSERT_TRUE(reader->Read(&state));
+  ASSERT_EQ(state.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  const auto sent = std::chrono::steady_clock::now();
+  kill(server.pid(), SIGTERM);
+  ASSERT_TRUE(reader->Read(&state)) << server.log();
+  EXPECT_EQ(state.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  EXPECT_FALSE(reader->Read(&state)) << "the server closes the stream when it stops";
+  EXPECT_EQ(server.Terminate(std::chrono::seconds(20)), 0) << server.log();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  // Well under the 10 s drain timeout, with room for a loaded CI machine (it takes ~10 ms idle).
+  EXPECT_LT(seconds, 4.0) << "the exit waited for the open Watch stream\n" << server.log();
   std::error_code ec;
   fs::remove_all(repo, ec);
 }

@@ -609,6 +609,42 @@ TEST(ModelScheduler, DifferentSolversDoNotShareABatch) {
   }
 }
 
+// Records the queue depths the scheduler publishes (the odeserve_queue_depth gauge). A nonzero
+// depth is held for a moment before it is recorded, as a submitting thread that loses its core
+// right after queueing would: a later, smaller depth must not be overwritten by it.
+class SlowDepthRecorder : public SchedulerObserver {
+ public:
+  void OnQueueDepth(int queued_rows) override {
+    if (queued_rows > 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::lock_guard<std::mutex> lock(mutex_);
+    last_ = queued_rows;
+  }
+  int last() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return last_;
+  }
+
+ private:
+  std::mutex mutex_;
+  int last_ = -1;
+};
+
+TEST(Scheduler, PublishedQueueDepthEndsAtZeroOnceTheQueueDrains) {
+  SlowDepthRecorder depths;  // outlives the scheduler
+  SchedulerOptions options = Options();
+  options.max_queue_delay = absl::ZeroDuration();  // each call runs as soon as the batcher sees it
+  options.observer = &depths;
+  auto executor = std::make_shared<FakeExecutor>();
+  ModelScheduler scheduler(options, executor);
+  for (int i = 0; i < 10; ++i) {
+    Completion done;
+    ASSERT_TRUE(scheduler.Submit(Item({Row(i + 1, 4)}, 1, done)).ok());
+    ASSERT_TRUE(done.Wait().ok());
+    EXPECT_EQ(scheduler.queued_rows(), 0);
+    EXPECT_EQ(depths.last(), 0) << "call " << i << ": the gauge still counts a row that already ran";
+  }
+}
+
 // ---- Continuous batching ---------------------------------------------------------------------
 
 std::vector<std::unique_ptr<WorkItem>> Items(std::unique_ptr<WorkItem> a, std::unique_ptr<WorkItem> b = nullptr) {
