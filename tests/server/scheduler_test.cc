@@ -629,7 +629,7 @@ class SlowDepthRecorder : public SchedulerObserver {
   int last_ = -1;
 };
 
-TEST(Scheduler, PublishedQueueDepthEndsAtZeroOnceTheQueueDrains) {
+TEST(ModelScheduler, PublishedQueueDepthEndsAtZeroOnceTheQueueDrains) {
   SlowDepthRecorder depths;  // outlives the scheduler
   SchedulerOptions options = Options();
   options.max_queue_delay = absl::ZeroDuration();  // each call runs as soon as the batcher sees it
