@@ -153,8 +153,16 @@ int Run() {
     return 1;
   }
   inference.SetReady();
-  health->SetServingStatus(kServiceName, true);
-  LogInfo(absl::StrCat("serving ", models.ReadyModelNames().size(), " of ", models.List().size(), " models"));
+  const size_t ready_models = models.ReadyModelNames().size();
+  // Readiness means some model answers: with none READY every inference call would fail, so
+  // the Inference service stays NOT_SERVING (ListModels still says why each model failed).
+  health->SetServingStatus(kServiceName, ready_models > 0);
+  const std::string serving = absl::StrCat("serving ", ready_models, " of ", models.List().size(), " models");
+  if (ready_models > 0) {
+    LogInfo(serving);
+  } else {
+    LogError(absl::StrCat(serving, ": health for ", kServiceName, " stays NOT_SERVING"));
+  }
 
   if (const std::string port_file = absl::GetFlag(FLAGS_port_file); !port_file.empty()) {
     const std::string tmp = port_file + ".tmp";

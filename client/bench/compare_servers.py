@@ -2,8 +2,9 @@
 """Runs one odeserve-bench load against server variants, one after another, and prints a line
 per variant: for tuning flags and batching settings on a given machine.
 
-A variant is a name plus odeserve flags, environment variables ("env") and/or edits of
---model's config.pbtxt (applied to a copy of the repository). Every variant sees the same load
+A variant is a name plus odeserve flags, environment variables ("env"), edits of --model's
+config.pbtxt (applied to a copy of the repository) and/or another server binary ("binary", to
+compare two commits: build the other one in its own worktree and build folder). Every variant sees the same load
 and arrivals (same seed). --interleave keeps every variant's server up and runs them in turn,
 round after round, so that a slow spell of a noisy machine falls on all of them alike.
 
@@ -67,7 +68,7 @@ def describe(name, report):
 def main():
     ap = argparse.ArgumentParser()
     bb.add_common_arguments(ap)
-    ap.add_argument("--variants", required=True, help="JSON list of {name, flags?, env?, config?}")
+    ap.add_argument("--variants", required=True, help="JSON list of {name, flags?, env?, config?, binary?}")
     ap.add_argument("--rate", type=float, default=0, help="open loop at this rate (else closed loop)")
     ap.add_argument("--concurrency", type=int, default=1, help="closed loop: calls in flight")
     ap.add_argument("--budgets", default="", help="budget mix, e.g. 9ms,18ms")
@@ -94,8 +95,8 @@ def main():
             repo = bb.repository_copy(args.repository, args.out, "repo-" + variant["name"], args.model,
                                       lambda text: edit_config(text, variant["config"]))
         env = {key: str(value) for key, value in variant.get("env", {}).items()}
-        return bb.Server(os.path.join(args.build, "server", "odeserve"), repo, args.out, variant["name"],
-                         variant.get("flags", []), env)
+        binary = variant.get("binary", os.path.join(args.build, "server", "odeserve"))
+        return bb.Server(binary, repo, args.out, variant["name"], variant.get("flags", []), env)
 
     def measure(variant, server, run):
         label = variant["name"] if args.repeat == 1 else "%s#%d" % (variant["name"], run + 1)

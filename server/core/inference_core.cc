@@ -64,6 +64,12 @@ absl::Status ValidateInputs(const Servable& s,
                                                    s.config.name(), "' accepts at most ", limit,
                                                    " per request (max_inputs_per_request)"));
   }
+  // A request larger than the whole queue could never be admitted: not an overload to retry.
+  if (const int queue = s.config.batching().max_queue_size(); inputs.size() > queue) {
+    return absl::InvalidArgumentError(absl::StrCat("inputs has ", inputs.size(), " strings; model '",
+                                                   s.config.name(), "' queues at most ", queue,
+                                                   " inputs (batching.max_queue_size)"));
+  }
   for (int i = 0; i < inputs.size(); ++i) {
     if (inputs[i].empty()) return absl::InvalidArgumentError(absl::StrCat("inputs[", i, "] is empty"));
     if (!tokenizer::IsValidUtf8(inputs[i])) {
@@ -83,6 +89,10 @@ absl::Status ValidateCompute(const Servable& s, const v1::ComputeOptions& comput
   if (compute.min_steps() < 0 || compute.min_steps() > steps.max()) {
     return absl::InvalidArgumentError(absl::StrCat("compute.min_steps ", compute.min_steps(), " is outside model '",
                                                    name, "' range [0, ", steps.max(), "]"));
+  }
+  if (compute.steps() != 0 && compute.min_steps() > compute.steps()) {
+    return absl::InvalidArgumentError(absl::StrCat("compute.min_steps ", compute.min_steps(),
+                                                   " is above compute.steps ", compute.steps()));
   }
   if (!v1::Solver_IsValid(compute.solver())) {
     return absl::InvalidArgumentError(absl::StrCat("compute.solver ", compute.solver(),
@@ -127,6 +137,10 @@ absl::Status ValidateDecode(const Servable& s, const v1::ComputeOptions& compute
                                                    range.min(), ", ", range.max(),
                                                    "] (min_steps is a floor for the encoder and the decoder)"));
   }
+  if (compute.decoder_steps() != 0 && compute.min_steps() > compute.decoder_steps()) {
+    return absl::InvalidArgumentError(absl::StrCat("compute.min_steps ", compute.min_steps(),
+                                                   " is above compute.decoder_steps ", compute.decoder_steps()));
+  }
   if (beam_size < 0 || beam_size > t.max_beam_size()) {
     return absl::InvalidArgumentError(absl::StrCat("beam_size ", beam_size, " is outside [0, ",
                                                    t.max_beam_size(), "] (model '", name,
@@ -158,6 +172,12 @@ absl::StatusOr<std::vector<tokenizer::EncodedText>> Tokenize(
                                                      " (max_sequence_length); shorten it or set truncate=true"));
     }
     if (!encoded.ok()) return absl::InvalidArgumentError(absl::StrCat("inputs[", i, "]: ", encoded.status().message()));
+    // Possible for a model without bos/eos (whitespace only): a row of no tokens has nothing to
+    // attend over.
+    if (encoded->ids.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("inputs[", i, "] has no tokens after tokenization for model '",
+                                                     s.config.name(), "'"));
+    }
     rows.push_back(*std::move(encoded));
   }
   return rows;
@@ -210,6 +230,17 @@ absl::Status InferenceCore::Admission() const {
   return absl::OkStatus();
 }
 
+absl::Status InferenceCore::Admit(const std::string& method) {
+  absl::Status status = Admission();
+  // Before SetReady the model map may still be filling: no model label (nor lookup) here.
+  if (!status.ok()) RecordRefused(method, status);
+  return status;
+}
+
+void InferenceCore::RecordRefused(const std::string& method, const absl::Status& status) {
+  metrics_->RecordRequest("", method, absl::StatusCodeToString(status.code()), 0);
+}
+
 Completion InferenceCore::Track(const std::string& model, const std::string& method,
                                 absl::Time received, Completion done) {
   // Unknown model names are not used as metric labels (unbounded cardinality).
@@ -233,7 +264,7 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
                              const v1::ComputeOptions& compute, bool truncate, const DecodeRequest* decode,
                              std::function<void(const Servable&, scheduler::WorkResult&)> fill,
                              v1::ComputeReport* report, Completion done_untracked) {
-  if (auto admission = Admission(); !admission.ok()) return done_untracked(admission);
+  if (auto admission = Admit(method); !admission.ok()) return done_untracked(admission);
   Completion done = Track(model, method, call.received, std::move(done_untracked));
   auto servable_or = FindServable(*models_, model, task, method);
   if (!servable_or.ok()) return done(servable_or.status());
@@ -273,7 +304,8 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
   plan_request.padded_tokens = static_cast<int64_t>(longest) * plan_request.rows;
   plan_request.steps = compute.steps();
   if (compute.solver() != v1::SOLVER_UNSPECIFIED) plan_request.solver = ToSchedulerSolver(compute.solver());
-  const absl::Duration spent = absl::Now() - call.received;
+  const absl::Time planned = absl::Now();
+  const absl::Duration spent = planned - call.received;
   if (budget) plan_request.budget = *budget - spent;
   plan_request.min_steps = compute.min_steps();
   plan_request.miss_policy = compute.on_budget_miss() == v1::REFUSE ? scheduler::MissPolicy::kRefuse
@@ -297,7 +329,7 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
   }
   auto plan_or = s.scheduler->MakePlan(plan_request);
   if (!plan_or.ok()) {
-    s.metrics->ObserveBudget("refused");
+    if (absl::IsDeadlineExceeded(plan_or.status())) s.metrics->ObserveBudget("refused");
     return done(plan_or.status());
   }
   const scheduler::Plan plan = *plan_or;
@@ -328,9 +360,7 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
   item->decode = decode_spec;
   item->expected_output_tokens = plan_request.expected_output_tokens;
   item->deadline = call.deadline;
-  if (budget) {
-    item->latest_start = call.received + *budget - (plan.predicted_total - plan.predicted_queue);
-  }
+  if (budget) item->latest_start = planned + plan.start_within;
   item->cancelled = call.cancelled;
   if (decode != nullptr && decode->on_text) {
     item->progress = [tokenizer = s.tokenizer.get(), on_text = decode->on_text](size_t row,
@@ -343,7 +373,12 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
   const absl::Duration predicted = spent + plan.predicted_total;
   item->done = [servable, report, received, budget, tokens, predicted, fill = std::move(fill),
                 done](absl::StatusOr<scheduler::WorkResult> result) mutable {
-    if (!result.ok()) return done(result.status());
+    if (!result.ok()) {
+      // Expired in the queue or mid-compute: the worst kind of miss (a cancelled call is the
+      // client's choice, not a budget outcome).
+      if (budget && absl::IsDeadlineExceeded(result.status())) servable->metrics->ObserveBudget("missed");
+      return done(result.status());
+    }
     fill(*servable, *result);
     const absl::Duration total = absl::Now() - received;
     *report->mutable_queue_time() = ToProto(result->queue_time);
@@ -378,7 +413,7 @@ void InferenceCore::Embed(const CallContext& call, const v1::EmbedRequest& reque
 void InferenceCore::Classify(const CallContext& call, const v1::ClassifyRequest& request,
                              v1::ClassifyResponse* response, Completion done) {
   response->set_model(request.model());
-  if (auto admission = Admission(); !admission.ok()) return done(admission);
+  if (auto admission = Admit("Classify"); !admission.ok()) return done(admission);
   if (request.top_k() < 0) {
     Track(request.model(), "Classify", call.received, std::move(done))(
         absl::InvalidArgumentError(absl::StrCat("top_k must be >= 0, got ", request.top_k())));

@@ -49,6 +49,9 @@ class InferenceCore {
   void StartDraining() { draining_.store(true); }
   bool draining() const { return draining_.load(); }
   int in_flight() const { return in_flight_.load(); }
+  /// Counts a call refused before it reached a model (authentication) in the request metrics,
+  /// with no model label: the name in an unauthenticated request is not trusted.
+  void RecordRefused(const std::string& method, const absl::Status& status);
 
  private:
   /// Translation-only request fields (beam_size 0 = greedy, max_output_tokens 0 = default).
@@ -77,6 +80,8 @@ class InferenceCore {
   metrics::Metrics* const metrics_;
   /// OK when calls may be served; UNAVAILABLE while starting or draining.
   absl::Status Admission() const;
+  /// Admission() for an inference call, counted in the request metrics when it refuses.
+  absl::Status Admit(const std::string& method);
 
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};

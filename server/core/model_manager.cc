@@ -73,6 +73,9 @@ ModelManager::ModelManager(ModelManagerOptions options)
 ModelManager::~ModelManager() { StopAll(); }
 
 absl::Status ModelManager::LoadAll() {
+  // A device that does not exist fails every model the same way: refuse to start instead of
+  // serving a repository of FAILED models.
+  RETURN_IF_ERROR(runtime::ParseDevice(options_.device).status());
   ASSIGN_OR_RETURN(const std::vector<fs::path> folders,
                    repository::ListModelFolders(options_.repository));
   if (folders.empty()) {

@@ -6,7 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -14,17 +17,15 @@
 namespace odeserve::metrics {
 namespace {
 
-constexpr size_t kMaxRequestBytes = 16 * 1024;
-constexpr int kIoTimeoutSeconds = 2;
+using Clock = std::chrono::steady_clock;
 
-void WriteAll(int fd, const std::string& data) {
-  size_t sent = 0;
-  while (sent < data.size()) {
-    const ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) return;
-    sent += static_cast<size_t>(n);
-  }
-}
+constexpr size_t kMaxRequestBytes = 16 * 1024;
+constexpr size_t kMaxConnections = 64;  // more wait in the listen backlog
+// Deadlines for a whole request head and a whole response: per-recv timeouts would let a client
+// that sends a byte a second hold its connection (and, served in turn, every scrape) for hours.
+constexpr auto kRequestDeadline = std::chrono::seconds(2);
+constexpr auto kResponseDeadline = std::chrono::seconds(5);
+constexpr int kStopPollMs = 200;  // the loop wakes this often to notice Stop()
 
 std::string Response(const std::string& status, const std::string& content_type, const std::string& body) {
   return absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Type: ", content_type,
@@ -80,43 +81,96 @@ void HttpExposer::Stop() {
   listen_fd_ = -1;
 }
 
-void HttpExposer::Serve() {
-  while (!stopping_.load()) {
-    pollfd p{listen_fd_, POLLIN, 0};
-    if (::poll(&p, 1, 200) <= 0) continue;  // wakes regularly to notice Stop()
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    timeval timeout{kIoTimeoutSeconds, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-    HandleConnection(fd);
-    ::close(fd);
+struct HttpExposer::Connection {
+  int fd = -1;
+  Clock::time_point deadline;
+  std::string request;
+  std::string response;  // set once the request head is complete
+  size_t sent = 0;
+};
+
+namespace {
+
+// Sends what the socket takes now; false once the connection is finished (all sent, or failed).
+bool SendSome(int fd, const std::string& data, size_t& sent) {
+  while (sent < data.size()) {
+    const ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+    if (n <= 0) return false;
+    sent += static_cast<size_t>(n);
   }
+  return false;
 }
 
-void HttpExposer::HandleConnection(int fd) {
-  std::string request;
-  char buffer[4096];
-  while (request.find("\r\n\r\n") == std::string::npos && request.size() < kMaxRequestBytes) {
-    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
-    if (n <= 0) return;
-    request.append(buffer, static_cast<size_t>(n));
+}  // namespace
+
+void HttpExposer::Serve() {
+  std::vector<Connection> connections;
+  std::vector<pollfd> polled;
+  // Reads what has arrived, answers a complete head, writes what the socket takes; false once
+  // the connection should close.
+  auto advance = [this](Connection& c) {
+    if (c.response.empty()) {
+      char buffer[4096];
+      const ssize_t n = ::recv(c.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+      if (n <= 0) return false;
+      c.request.append(buffer, static_cast<size_t>(n));
+      if (c.request.find("\r\n\r\n") == std::string::npos && c.request.size() < kMaxRequestBytes) return true;
+      c.response = Respond(c.request);
+      c.deadline = Clock::now() + kResponseDeadline;
+    }
+    return SendSome(c.fd, c.response, c.sent);
+  };
+  while (!stopping_.load()) {
+    const auto now = Clock::now();
+    int timeout_ms = kStopPollMs;
+    polled.clear();
+    polled.push_back({listen_fd_, static_cast<short>(connections.size() < kMaxConnections ? POLLIN : 0), 0});
+    for (const Connection& c : connections) {
+      polled.push_back({c.fd, static_cast<short>(c.response.empty() ? POLLIN : POLLOUT), 0});
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(c.deadline - now).count() + 1;
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, timeout_ms));
+    }
+    const int ready = ::poll(polled.data(), polled.size(), timeout_ms);
+    const auto after = Clock::now();
+    for (size_t i = 0; i < connections.size(); ++i) {
+      Connection& c = connections[i];
+      const bool open = ready > 0 && polled[i + 1].revents != 0 ? advance(c) : after < c.deadline;
+      if (!open || after >= c.deadline) {
+        ::close(c.fd);
+        c.fd = -1;
+      }
+    }
+    connections.erase(std::remove_if(connections.begin(), connections.end(),
+                                     [](const Connection& c) { return c.fd < 0; }),
+                      connections.end());
+    if (ready > 0 && (polled[0].revents & POLLIN) != 0) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0) connections.push_back({fd, after + kRequestDeadline, {}, {}, 0});
+    }
+  }
+  for (const Connection& c : connections) ::close(c.fd);
+}
+
+std::string HttpExposer::Respond(const std::string& request) {
+  if (request.find("\r\n\r\n") == std::string::npos) {
+    return Response("431 Request Header Fields Too Large", "text/plain",
+                    absl::StrCat("request head over ", kMaxRequestBytes, " bytes\n"));
   }
   const size_t line_end = request.find("\r\n");
   const std::string line = request.substr(0, line_end);
   if (!absl::StartsWith(line, "GET ") && !absl::StartsWith(line, "HEAD ")) {
-    WriteAll(fd, Response("405 Method Not Allowed", "text/plain", "only GET /metrics\n"));
-    return;
+    return Response("405 Method Not Allowed", "text/plain", "only GET /metrics\n");
   }
   const size_t path_start = line.find(' ') + 1;
   const std::string path = line.substr(path_start, line.find(' ', path_start) - path_start);
   if (path != "/metrics" && !absl::StartsWith(path, "/metrics?")) {
-    WriteAll(fd, Response("404 Not Found", "text/plain", "see /metrics\n"));
-    return;
+    return Response("404 Not Found", "text/plain", "see /metrics\n");
   }
   std::string response = Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", render_());
   if (absl::StartsWith(line, "HEAD ")) response.resize(response.find("\r\n\r\n") + 4);
-  WriteAll(fd, response);
+  return response;
 }
 
 }  // namespace odeserve::metrics

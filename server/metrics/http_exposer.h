@@ -2,7 +2,9 @@
 // A small HTTP/1.1 server for GET /metrics. prometheus-cpp's own exposer (CivetWeb) cannot start
 // its threads in a process that has loaded LibTorch: CivetWeb asks for a small fixed thread
 // stack that LibTorch's large static TLS no longer fits ("Cannot create threads"). Scrapes are
-// rare and tiny, so one thread serving connections one at a time with short timeouts suffices.
+// rare and tiny, so one thread multiplexes every connection with poll(): each has one deadline
+// for its whole request and one for its whole response, so a client that trickles bytes or
+// stops reading is cut off without delaying anyone else's scrape.
 
 #include <atomic>
 #include <functional>
@@ -25,8 +27,10 @@ class HttpExposer {
   void Stop();
 
  private:
+  struct Connection;
   void Serve();
-  void HandleConnection(int fd);
+  /// The full response to a complete (or oversized) request head.
+  std::string Respond(const std::string& request);
 
   std::function<std::string()> render_;
   int listen_fd_ = -1;

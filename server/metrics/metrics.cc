@@ -85,7 +85,7 @@ Metrics::Metrics(const BuildInfo& build)
       steps_(prometheus::BuildHistogram().Name("odeserve_solver_steps")
                  .Help("ODE solver steps run through the shared block per call.").Register(*registry_)),
       budget_(prometheus::BuildCounter().Name("odeserve_budget_requests_total")
-                  .Help("Calls with a latency budget by outcome: met, missed, refused.").Register(*registry_)),
+                  .Help("Calls with a latency budget by outcome: met, missed (late, or expired before finishing), refused.").Register(*registry_)),
       batch_size_(prometheus::BuildHistogram().Name("odeserve_batch_size")
                       .Help("Rows (inputs) per executed batch.").Register(*registry_)),
       batch_tokens_(prometheus::BuildHistogram().Name("odeserve_batch_tokens")

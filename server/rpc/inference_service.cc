@@ -12,11 +12,13 @@ namespace odeserve::rpc {
 
 // Runs an asynchronous core call and finishes the reactor with its status.
 template <typename Request, typename Response, typename CoreMethod>
-grpc::ServerUnaryReactor* InferenceService::Async(CoreMethod method, grpc::CallbackServerContext* context,
+grpc::ServerUnaryReactor* InferenceService::Async(CoreMethod method, const char* name,
+                                                  grpc::CallbackServerContext* context,
                                                   const Request* request, Response* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (auth_ != nullptr) {
     if (auto status = auth_->Check(*context); !status.ok()) {
+      core_->RecordRefused(name, status);
       reactor->Finish(ToGrpcStatus(status));
       return reactor;
     }
@@ -50,19 +52,19 @@ core::CallContext MakeCallContext(grpc::CallbackServerContext* context) {
 grpc::ServerUnaryReactor* InferenceService::Embed(grpc::CallbackServerContext* context,
                                                   const v1::EmbedRequest* request,
                                                   v1::EmbedResponse* response) {
-  return Async(&core::InferenceCore::Embed, context, request, response);
+  return Async(&core::InferenceCore::Embed, "Embed", context, request, response);
 }
 
 grpc::ServerUnaryReactor* InferenceService::Classify(grpc::CallbackServerContext* context,
                                                      const v1::ClassifyRequest* request,
                                                      v1::ClassifyResponse* response) {
-  return Async(&core::InferenceCore::Classify, context, request, response);
+  return Async(&core::InferenceCore::Classify, "Classify", context, request, response);
 }
 
 grpc::ServerUnaryReactor* InferenceService::Translate(grpc::CallbackServerContext* context,
                                                       const v1::TranslateRequest* request,
                                                       v1::TranslateResponse* response) {
-  return Async(&core::InferenceCore::Translate, context, request, response);
+  return Async(&core::InferenceCore::Translate, "Translate", context, request, response);
 }
 
 namespace {
@@ -130,6 +132,7 @@ grpc::ServerWriteReactor<v1::TranslateStreamResponse>* InferenceService::Transla
   auto* reactor = new TranslateStreamReactor();
   if (auth_ != nullptr) {
     if (auto status = auth_->Check(*context); !status.ok()) {
+      core_->RecordRefused("TranslateStream", status);
       reactor->FinishWith(ToGrpcStatus(status));
       return reactor;
     }

@@ -33,7 +33,8 @@ class InferenceService final : public v1::Inference::CallbackService {
 
  private:
   template <typename Request, typename Response, typename CoreMethod>
-  grpc::ServerUnaryReactor* Async(CoreMethod method, grpc::CallbackServerContext* context,
+  // `name`: the method's label in the request metrics (calls refused by auth are counted too).
+  grpc::ServerUnaryReactor* Async(CoreMethod method, const char* name, grpc::CallbackServerContext* context,
                                   const Request* request, Response* response);
   template <typename Request, typename Response, typename CoreMethod>
   grpc::ServerUnaryReactor* Sync(CoreMethod method, grpc::CallbackServerContext* context,

@@ -1,6 +1,7 @@
 #include "server/scheduler/model_scheduler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <future>
@@ -81,7 +82,8 @@ struct ModelScheduler::Entry {
   size_t longest = 0;            // longest row, for padded-token estimates
   size_t next_row = 0;           // first row not yet taken into a batch
   size_t finished_rows = 0;
-  bool completed = false;        // done() has been called
+  // done() has been called: set by the batcher thread, read under the lock by planners too.
+  std::atomic<bool> completed{false};
   std::vector<std::vector<float>> outputs;
   absl::Time first_start = absl::InfinitePast();
   int first_batch_rows = 0;
@@ -190,7 +192,11 @@ QueueForecast ModelScheduler::ForecastQueue(const PlanRequest& request, Solver s
 
 absl::StatusOr<Plan> ModelScheduler::MakePlan(const PlanRequest& request) const {
   Plan plan;
-  const Solver default_solver = request.solver.value_or(Solver::kEuler);
+  // Euler unless the model does not allow it (validation only asks for some solver).
+  const bool euler_allowed =
+      std::find(options_.solvers.begin(), options_.solvers.end(), Solver::kEuler) != options_.solvers.end();
+  const Solver default_solver =
+      request.solver.value_or(euler_allowed || options_.solvers.empty() ? Solver::kEuler : options_.solvers.front());
   const bool decodes = options_.max_decoder_steps > 0;
   // The queue ahead depends on the solver: rows join a running batch only with its solver.
   std::map<Solver, QueueForecast> forecasts;
@@ -283,10 +289,14 @@ absl::StatusOr<Plan> ModelScheduler::MakePlan(const PlanRequest& request) const 
   }
   const StepCandidate* best = best_index ? &candidates[*best_index] : nullptr;
   const StepCandidate* cheapest = &candidates[cheapest_index];
-  if (best != nullptr) return finish(best->steps, best->solver, best->decoder_steps, StepChoiceKind::kBudget);
+  if (best != nullptr) {
+    finish(best->steps, best->solver, best->decoder_steps, StepChoiceKind::kBudget);
+    plan.start_within = std::max(absl::ZeroDuration(), budget - (plan.predicted_total - plan.predicted_queue) * inflation);
+    return plan;
+  }
 
-  const Plan floor_plan =
-      finish(cheapest->steps, cheapest->solver, cheapest->decoder_steps, StepChoiceKind::kBudgetFloor);
+  Plan floor_plan = finish(cheapest->steps, cheapest->solver, cheapest->decoder_steps, StepChoiceKind::kBudgetFloor);
+  floor_plan.start_within = absl::ZeroDuration();
   if (request.miss_policy == MissPolicy::kRefuse) {
     return absl::DeadlineExceededError(absl::StrCat(
         "latency budget ", Ms(budget), " cannot be met: the cheapest allowed choice (",
@@ -328,10 +338,16 @@ void ModelScheduler::PublishQueueDepthLocked() {
 
 absl::Status ModelScheduler::Submit(std::unique_ptr<WorkItem> item) {
   const int rows = static_cast<int>(item->rows.size());
+  bool purged = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return absl::UnavailableError(absl::StrCat("model '", options_.model_name, "' is shutting down"));
+    if (queued_.rows + rows > options_.max_queue_size && PurgeGoneLocked()) {
+      purged = true;
+      PublishQueueDepthLocked();
+    }
     if (queued_.rows + rows > options_.max_queue_size) {
+      if (purged) cv_.notify_one();
       return absl::ResourceExhaustedError(absl::StrCat(
           "model '", options_.model_name, "' is overloaded: ", queued_.rows,
           " inputs queued, max_queue_size ", options_.max_queue_size, "; retry with backoff"));
@@ -354,18 +370,45 @@ absl::Status ModelScheduler::Submit(std::unique_ptr<WorkItem> item) {
   return absl::OkStatus();
 }
 
+bool ModelScheduler::Gone(const WorkItem& item, absl::Time now) {
+  return (item.cancelled && item.cancelled()) || now >= item.deadline;
+}
+
+bool ModelScheduler::PurgeGoneLocked() {
+  const absl::Time now = absl::Now();
+  const size_t before = purged_.size();
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    Entry& entry = **it;
+    // Only calls none of whose rows has started: a running batch may complete the others at
+    // any moment, and the batcher drops them at its next step boundary anyway.
+    if (entry.next_row == 0 && Gone(*entry.item, now)) {
+      Accumulate(queued_, entry.remaining_work(), -1);
+      purged_.push_back(*it);
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return purged_.size() > before;
+}
+
+void ModelScheduler::TakePurgedLocked(std::vector<std::shared_ptr<Entry>>& dropped) {
+  dropped.insert(dropped.end(), purged_.begin(), purged_.end());
+  purged_.clear();
+}
+
 std::vector<ModelScheduler::Slice> ModelScheduler::TakeBatchLocked(
     const BatchRoom& room, std::vector<std::shared_ptr<Entry>>& dropped) {
   std::vector<Slice> batch;
   const absl::Time now = absl::Now();
+  TakePurgedLocked(dropped);
   int rows = room.rows;
   size_t longest = static_cast<size_t>(room.padded_length);
   std::optional<Solver> solver = room.solver;
   for (auto it = queue_.begin(); it != queue_.end();) {
     Entry& entry = **it;
     const WorkItem& item = *entry.item;
-    const bool gone = entry.completed || (item.cancelled && item.cancelled()) || now >= item.deadline;
-    if (gone) {
+    if (entry.completed || Gone(item, now)) {
       Accumulate(queued_, entry.remaining_work(), -1);
       if (!entry.completed) dropped.push_back(*it);
       it = queue_.erase(it);
@@ -414,7 +457,15 @@ std::vector<ModelScheduler::Slice> ModelScheduler::TakeBatchLocked(
 void ModelScheduler::BatcherLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || batcher_task_; });
+    cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || batcher_task_ || !purged_.empty(); });
+    if (!purged_.empty()) {
+      std::vector<std::shared_ptr<Entry>> dropped;
+      TakePurgedLocked(dropped);
+      lock.unlock();
+      FailDropped(dropped);
+      lock.lock();
+      continue;
+    }
     if (batcher_task_) {
       auto task = std::move(batcher_task_);
       batcher_task_ = nullptr;
@@ -559,6 +610,8 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
       if (!TakesJoinsAt(room.iteration, running_.steps_left)) running_.joinable = false;
       if (running_.joinable && !queue_.empty()) {
         joining = TakeBatchLocked(BatchRoom{room.rows, room.padded_length, exec.solver, true}, dropped);
+      } else {
+        TakePurgedLocked(dropped);
       }
       int joined_rows = 0;
       for (const auto& slice : joining) {

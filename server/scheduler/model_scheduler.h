@@ -146,6 +146,10 @@ struct Plan {
   StepChoiceKind choice = StepChoiceKind::kModelDefault;
   absl::Duration predicted_queue;
   absl::Duration predicted_total;          // queue + compute
+  /// Budgeted calls: how long after planning its batch may start and still meet the budget,
+  /// the compute inflated by the safety factor; zero when the budget cannot be met (a call
+  /// that will be late never waits for company). Infinite without a budget.
+  absl::Duration start_within = absl::InfiniteDuration();
 };
 
 struct WorkResult {
@@ -232,6 +236,14 @@ class ModelScheduler {
   /// later arrivals).
   std::vector<Slice> TakeBatchLocked(const BatchRoom& room, std::vector<std::shared_ptr<Entry>>& dropped);
   void PublishQueueDepthLocked();
+  /// Whether a queued call is no longer wanted (cancelled, or past its deadline).
+  static bool Gone(const WorkItem& item, absl::Time now);
+  /// A full queue first sheds calls that are gone (none of their rows started), so clients
+  /// that gave up do not hold places live ones are refused for; the batcher completes them
+  /// (done runs on its thread, never under the lock). True if it removed any.
+  bool PurgeGoneLocked();
+  /// Moves the calls PurgeGoneLocked removed into `dropped`, for FailDropped.
+  void TakePurgedLocked(std::vector<std::shared_ptr<Entry>>& dropped);
   /// Whether a running batch takes joins at the boundary after step `iteration`, with
   /// `steps_left` steps to go (the join window, kMinStepsLeftToJoin, the compute gate).
   bool TakesJoinsAt(int iteration, int steps_left) const;
@@ -262,6 +274,7 @@ class ModelScheduler {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Entry>> queue_;
+  std::vector<std::shared_ptr<Entry>> purged_;  // removed by Submit, to be failed by the batcher
   CostShape queued_;  // work of everything queued (batches unset)
   bool stopping_ = false;
   std::function<void()> batcher_task_;  // run once by the batcher thread (calibration)

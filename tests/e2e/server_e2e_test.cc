@@ -733,6 +733,17 @@ TEST_F(ServerTest, EveryBadInputGetsItsCodeAndMessageAndTheServerKeepsServing) {
        grpc::StatusCode::INVALID_ARGUMENT, {"latency_budget must be > 0"}},
       {"min_steps too high", [](EmbedRequest& r) { r.mutable_compute()->set_min_steps(20); },
        grpc::StatusCode::INVALID_ARGUMENT, {"compute.min_steps 20"}},
+      {"min_steps above steps", [](EmbedRequest& r) {
+         r.mutable_compute()->set_steps(2);
+         r.mutable_compute()->set_min_steps(4);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, {"compute.min_steps 4 is above compute.steps 2"}},
+      {"more inputs than the queue holds", [](EmbedRequest& r) {
+         r.set_model("slow-queue");
+         r.add_inputs("b");
+         r.add_inputs("c");
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, {"3 strings", "slow-queue", "at most 2", "batching.max_queue_size"}},
   };
   for (const auto& c : cases) {
     EmbedRequest request = EmbedOf("tiny-albert", {"valid first input"});
@@ -832,10 +843,28 @@ TEST_F(ServerTest, FullQueueIsRefusedWithResourceExhausted) {
   ExpectStillServing();
 }
 
-TEST_F(ServerTest, ExpiredDeadlineStopsTheCallBeforeCompute) {
+// The value of one sample line (`series` up to the value) on a /metrics page; -1 when absent.
+double MetricValue(const std::string& page, const std::string& series) {
+  const size_t at = page.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(page.substr(at + series.size() + 2));
+}
+
+// slow-queue waits up to 300 ms for a batch to fill. An 80 ms deadline (the call's budget)
+// cannot afford that wait, so nothing fits and the floor is served: at once, not after waiting
+// for company until the deadline has nearly passed (which made such calls expire).
+TEST_F(ServerTest, ACallThatCannotAffordTheBatchingDelayStartsAtOnce) {
+  const std::string met = "odeserve_budget_requests_total{model=\"slow-queue\",outcome=\"met\"}";
+  const double met_before = MetricValue(testing::HttpGet(server_->metrics_port(), "/metrics"), met);
   EmbedResponse response;
-  const auto status = Embed(EmbedOf("slow-queue", {"will expire"}), &response, std::chrono::milliseconds(80));
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  const auto status = Embed(EmbedOf("slow-queue", {"cannot wait"}), &response, std::chrono::milliseconds(80));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.report().step_choice(), v1::BUDGET_FLOOR);
+  EXPECT_EQ(response.report().steps(), 1);
+  EXPECT_TRUE(response.report().budget_met());
+  const auto& queued = response.report().queue_time();
+  EXPECT_LT(queued.seconds() * 1e3 + queued.nanos() / 1e6, 80.0);
+  EXPECT_EQ(MetricValue(testing::HttpGet(server_->metrics_port(), "/metrics"), met), std::max(0.0, met_before) + 1);
   ExpectStillServing();
 }
 
@@ -913,6 +942,50 @@ TEST(ServerLifecycle, SigtermWithAHealthWatchOpenExitsWithoutWaitingOutTheDrainT
   // Well under the 10 s drain timeout, with room for a loaded CI machine: 0.71-0.82 s measured
   // on an idle 2-core VM (the 0.5 s grace for the open stream, then the models stop).
   EXPECT_LT(seconds, 4.0) << "the exit waited for the open Watch stream\n" << server.log();
+  std::error_code ec;
+  fs::remove_all(repo, ec);
+}
+
+// A device that does not exist is a deployment error: the server says so and exits, where it
+// used to start with every model FAILED and report itself ready.
+TEST(ServerLifecycle, AMissingDeviceStopsTheServerAtStartup) {
+  const fs::path repo = MakeRepository();
+  testing::ServerProcess server(ODESERVE_BINARY, repo, {"--device=cuda:99"});
+  EXPECT_FALSE(server.ok());
+  EXPECT_EQ(server.startup_exit_code(), 1) << server.log();
+  EXPECT_THAT(server.log(), AllOf(HasSubstr("cannot load the model repository"), HasSubstr("--device 'cuda:99'")));
+  std::error_code ec;
+  fs::remove_all(repo, ec);
+}
+
+// With no model READY every inference call would fail: readiness (the Inference service's
+// health) stays NOT_SERVING, while the process answers health and ListModels says why.
+TEST(ServerLifecycle, WithNoModelReadyTheInferenceServiceIsNotServing) {
+  const fs::path repo = MakeRepository();
+  for (const auto& folder : fs::directory_iterator(repo)) {
+    if (folder.is_directory() && folder.path().filename() != "broken-classifier") fs::remove_all(folder.path());
+  }
+  testing::ServerProcess server(ODESERVE_BINARY, repo);
+  ASSERT_TRUE(server.ok()) << server.log();
+  auto health = grpc::health::v1::Health::NewStub(server.channel());
+  for (const auto& [service, expected] :
+       std::vector<std::pair<std::string, grpc::health::v1::HealthCheckResponse::ServingStatus>>{
+           {"", grpc::health::v1::HealthCheckResponse::SERVING},
+           {"odeserve.v1.Inference", grpc::health::v1::HealthCheckResponse::NOT_SERVING}}) {
+    grpc::ClientContext context;
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
+    ASSERT_TRUE(health->Check(&context, request, &response).ok()) << service;
+    EXPECT_EQ(response.status(), expected) << "service '" << service << "'";
+  }
+  grpc::ClientContext context;
+  v1::ListModelsResponse models;
+  ASSERT_TRUE(server.stub()->ListModels(&context, v1::ListModelsRequest(), &models).ok());
+  ASSERT_EQ(models.models_size(), 1);
+  EXPECT_EQ(models.models(0).state(), v1::FAILED);
+  EXPECT_THAT(server.log(), HasSubstr("serving 0 of 1 models"));
+  EXPECT_EQ(server.Terminate(), 0) << server.log();
   std::error_code ec;
   fs::remove_all(repo, ec);
 }

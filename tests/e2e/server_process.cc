@@ -80,6 +80,7 @@ ServerProcess::ServerProcess(const std::string& binary, const fs::path& reposito
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
+      if (WIFEXITED(status)) startup_exit_code_ = WEXITSTATUS(status);
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

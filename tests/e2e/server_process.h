@@ -24,6 +24,8 @@ class ServerProcess {
   ~ServerProcess();
 
   bool ok() const { return grpc_port_ > 0; }
+  /// When the process exited before it served: its exit status (-1 otherwise, or if killed).
+  int startup_exit_code() const { return startup_exit_code_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(grpc_port_); }
   int metrics_port() const { return metrics_port_; }
   std::shared_ptr<grpc::Channel> channel() const;
@@ -39,6 +41,7 @@ class ServerProcess {
   pid_t pid_ = -1;
   int grpc_port_ = 0;
   int metrics_port_ = 0;
+  int startup_exit_code_ = -1;
   std::filesystem::path dir_;
 };
 

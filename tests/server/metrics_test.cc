@@ -7,6 +7,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -25,26 +29,38 @@ using ::testing::StartsWith;
 
 BuildInfo TestBuild() { return BuildInfo{"0.1.0", "abc1234", "1.13.1"}; }
 
-// Sends `request` to 127.0.0.1:port and returns everything the server wrote before closing.
-std::string Exchange(int port, const std::string& request) {
+// A loopback TCP connection to `port` whose receives time out after `timeout_s`; -1 if refused.
+int Connect(int port, int timeout_s = 5) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   EXPECT_GE(fd, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<uint16_t>(port));
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval timeout{5, 0};
+  timeval timeout{timeout_s, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
     ::close(fd);
-    return "<connect failed>";
+    return -1;
   }
+  return fd;
+}
+
+bool SendAll(int fd, const std::string& data) {
   size_t sent = 0;
-  while (sent < request.size()) {
-    const ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;
+  while (sent < data.size()) {
+    const ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) return false;
     sent += static_cast<size_t>(n);
   }
+  return true;
+}
+
+// Sends `request` to 127.0.0.1:port and returns everything the server wrote before closing.
+std::string Exchange(int port, const std::string& request) {
+  const int fd = Connect(port);
+  if (fd < 0) return "<connect failed>";
+  SendAll(fd, request);
   std::string response;
   char buffer[4096];
   while (true) {
@@ -235,6 +251,58 @@ TEST(HttpExposer, ServesTheRenderedBodyAndStops) {
 
   exposer.Stop();
   EXPECT_EQ(Exchange(port, "GET /metrics HTTP/1.0\r\n\r\n"), "<connect failed>");
+}
+
+// Scrapers are served side by side: a client that opened a connection and sent half a request
+// must not hold up a Prometheus scrape behind it (served one at a time, the scrape waited for
+// the stalled client's receive timeout).
+TEST(HttpExposer, AStalledClientDoesNotHoldUpAScrape) {
+  HttpExposer exposer([] { return std::string("up 1\n"); });
+  ASSERT_TRUE(exposer.Start("127.0.0.1", 0).ok());
+  const int stalled = Connect(exposer.port());
+  ASSERT_GE(stalled, 0);
+  ASSERT_TRUE(SendAll(stalled, "GET /metr"));
+
+  EXPECT_EQ(Parse(Exchange(exposer.port(), "GET /metrics HTTP/1.1\r\n\r\n")).body, "up 1\n");
+  // The scrape was answered while the stalled connection was still open.
+  char byte;
+  EXPECT_EQ(::recv(stalled, &byte, 1, MSG_DONTWAIT), -1);
+  EXPECT_TRUE(errno == EAGAIN || errno == EWOULDBLOCK) << std::strerror(errno);
+  ::close(stalled);
+}
+
+// The request head has one deadline (2 s) however slowly it trickles in: a client sending a
+// byte every 100 ms is cut off, where per-receive timeouts would let it hold its connection for
+// as long as it kept sending.
+TEST(HttpExposer, ATricklingRequestIsCutOffAtItsDeadline) {
+  HttpExposer exposer([] { return std::string("up 1\n"); });
+  ASSERT_TRUE(exposer.Start("127.0.0.1", 0).ok());
+  const int fd = Connect(exposer.port());
+  ASSERT_GE(fd, 0);
+  const std::string request = "GET /metrics?" + std::string(200, 'a');
+  bool closed_by_server = false;
+  for (size_t i = 0; i < request.size() && !closed_by_server; ++i) {
+    if (!SendAll(fd, request.substr(i, 1))) closed_by_server = true;
+    char byte;
+    const ssize_t n = ::recv(fd, &byte, 1, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) closed_by_server = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  // 200 bytes at 100 ms each take 20 s: the 2 s deadline ends the connection long before.
+  EXPECT_TRUE(closed_by_server);
+  ::close(fd);
+  // And the exposer still serves.
+  EXPECT_EQ(Parse(Exchange(exposer.port(), "GET /metrics HTTP/1.1\r\n\r\n")).body, "up 1\n");
+}
+
+TEST(HttpExposer, AnOversizedRequestHeadGets431) {
+  HttpExposer exposer([] { return std::string("up 1\n"); });
+  ASSERT_TRUE(exposer.Start("127.0.0.1", 0).ok());
+  // Exactly the limit, with no end of head: the server reads all of it before answering (bytes
+  // left unread at close would reset the connection under the response).
+  const std::string head = "GET /metrics HTTP/1.1\r\nX-Filler: ";
+  const std::string huge = head + std::string(16 * 1024 - head.size(), 'x');
+  EXPECT_EQ(Parse(Exchange(exposer.port(), huge)).status_line, "HTTP/1.1 431 Request Header Fields Too Large");
 }
 
 }  // namespace

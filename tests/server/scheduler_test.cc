@@ -332,7 +332,7 @@ TEST(ModelScheduler, AFullBatchStartsWithoutWaitingForTheQueueDelay) {
   EXPECT_EQ(batches[0].rows.size(), 4u);
 }
 
-TEST(ModelScheduler, ALoneItemWaitsAtMostTheQueueDelay) {
+TEST(ModelScheduler, ALoneItemWaitsAtMostTheQueueDelayAndOnlyIfItCanAffordIt) {
   auto executor = std::make_shared<FakeExecutor>();
   SchedulerOptions options = Options();
   options.max_queue_delay = absl::Milliseconds(100);
@@ -346,6 +346,15 @@ TEST(ModelScheduler, ALoneItemWaitsAtMostTheQueueDelay) {
   EXPECT_GE(waited, std::chrono::milliseconds(95));
   EXPECT_LT(waited, std::chrono::seconds(2));
   EXPECT_GE(result->queue_time, absl::Milliseconds(95));
+
+  // One whose budget leaves no time to wait (latest_start now: the floor served to a budget
+  // that cannot be met) starts its batch at once.
+  Completion late;
+  auto item = Item({Row(2, 5)}, 1, late);
+  item->latest_start = absl::Now();
+  ASSERT_TRUE(scheduler.Submit(std::move(item)).ok());
+  ASSERT_TRUE(late.Wait().ok());
+  EXPECT_LT(late.Wait()->queue_time, absl::Milliseconds(50));
 }
 
 TEST(ModelScheduler, MaxBatchSizeIsRespected) {
@@ -425,7 +434,11 @@ TEST(ModelScheduler, QueueFullIsResourceExhaustedAndRunsNothing) {
   ModelScheduler scheduler(options, executor);
   Completion plug, first, refused;
   Plug(scheduler, *executor, plug);
-  ASSERT_TRUE(scheduler.Submit(Item({Row(1, 4), Row(2, 4)}, 1, first)).ok());
+  // A live call (deadline ahead, not cancelled) is never shed to make room.
+  auto live = Item({Row(1, 4), Row(2, 4)}, 1, first);
+  live->deadline = absl::Now() + absl::Seconds(30);
+  live->cancelled = [] { return false; };
+  ASSERT_TRUE(scheduler.Submit(std::move(live)).ok());
   const absl::Status status = scheduler.Submit(Item({Row(3, 4), Row(4, 4)}, 1, refused));
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(status.message()), HasSubstr("model 'fake-model'"));
@@ -443,6 +456,41 @@ TEST(ModelScheduler, QueueFullIsResourceExhaustedAndRunsNothing) {
   for (const auto& batch : executor->batches()) {
     for (const auto& row : batch.rows) EXPECT_NE(row.marker, 3);
   }
+}
+
+// Under overload, clients that gave up must not hold the queue against live ones: a full queue
+// first sheds its cancelled and expired calls (completed by the batcher, with their own codes).
+TEST(ModelScheduler, AFullQueueShedsCallsThatAreGoneBeforeRefusing) {
+  auto executor = std::make_shared<FakeExecutor>();
+  SchedulerOptions options = Options();
+  options.max_queue_size = 3;
+  ModelScheduler scheduler(options, executor);
+  Completion plug, cancelled, expired, live;
+  Plug(scheduler, *executor, plug);
+  auto flag = std::make_shared<std::atomic<bool>>(false);
+  auto cancellable = Item({Row(1, 4), Row(2, 4)}, 1, cancelled);
+  cancellable->cancelled = [flag] { return flag->load(); };
+  ASSERT_TRUE(scheduler.Submit(std::move(cancellable)).ok());
+  auto expiring = Item({Row(3, 4)}, 1, expired);
+  expiring->deadline = absl::Now() + absl::Milliseconds(20);
+  ASSERT_TRUE(scheduler.Submit(std::move(expiring)).ok());
+  EXPECT_EQ(scheduler.queued_rows(), 3);
+  flag->store(true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+
+  // The batcher is still inside the plug's batch: without shedding, this was ResourceExhausted.
+  ASSERT_TRUE(scheduler.Submit(Item({Row(4, 4), Row(5, 4), Row(6, 4)}, 1, live)).ok());
+  EXPECT_EQ(scheduler.queued_rows(), 3);
+  executor->Release();
+  EXPECT_EQ(cancelled.Wait().status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(expired.Wait().status().code(), absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(live.Wait().ok());
+  EXPECT_EQ(cancelled.calls, 1);
+  EXPECT_EQ(expired.calls, 1);
+  for (const auto& batch : executor->batches()) {
+    for (const auto& row : batch.rows) EXPECT_TRUE(row.marker == 900 || row.marker >= 4) << row.marker;
+  }
+  EXPECT_EQ(scheduler.queued_rows(), 0);
 }
 
 TEST(ModelScheduler, CancelledItemIsDroppedBeforeCompute) {
@@ -945,6 +993,8 @@ TEST_F(Planning, LargeBudgetPicksTheHighestQuality) {
   // 1 ms queue delay + 1 ms + 16 evaluations x 1 ms.
   EXPECT_NEAR(absl::ToDoubleMilliseconds(plan->predicted_total), 18.0, 0.1);
   EXPECT_NEAR(absl::ToDoubleMilliseconds(plan->predicted_queue), 1.0, 0.01);
+  // It may start as late as the budget less its 17 ms of compute (no inflation observed yet).
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(plan->start_within), 983.0, 0.1);
 }
 
 TEST_F(Planning, TighterBudgetPicksACheaperCandidate) {
@@ -1046,6 +1096,7 @@ TEST_F(Planning, NothingFitsWithServeFloorServesTheCheapest) {
   EXPECT_EQ(plan->steps, 1);
   EXPECT_EQ(plan->solver, Solver::kEuler);
   EXPECT_NEAR(absl::ToDoubleMilliseconds(plan->predicted_total), 3.0, 0.05);
+  EXPECT_EQ(plan->start_within, absl::ZeroDuration()) << "a late call must not wait for company";
 }
 
 TEST_F(Planning, ExplicitStepsAreRequested) {
@@ -1164,6 +1215,26 @@ TEST_F(Planning, SolversNotAllowedByTheModelAreNeverChosen) {
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->solver, Solver::kEuler);
   EXPECT_EQ(plan->steps, 8);
+}
+
+// A model that allows only Heun runs Heun when the call names no solver: without a budget, and
+// with a budget but no measured profile.
+TEST_F(Planning, AModelWithoutEulerDefaultsToItsFirstSolver) {
+  SchedulerOptions options = Options();
+  options.solvers = {Solver::kHeun};
+  options.candidates.clear();
+  ModelScheduler heun_only(options, executor_);
+  ASSERT_TRUE(heun_only.Calibrate({}, {}).ok());
+  PlanRequest unbudgeted;
+  unbudgeted.rows = 1;
+  unbudgeted.padded_tokens = 10;
+  auto plan = heun_only.MakePlan(unbudgeted);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->solver, Solver::kHeun);
+  EXPECT_EQ(plan->steps, options.default_steps);
+  plan = heun_only.MakePlan(Budgeted(absl::Seconds(1)));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->solver, Solver::kHeun);
 }
 
 TEST_F(Planning, WithoutAProfileQualityGrowsWithSteps) {
