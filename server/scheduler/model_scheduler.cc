@@ -54,10 +54,14 @@ CostShape Work(int64_t rows, int64_t longest, int steps, Solver solver, int deco
 
 void ComputeGate::Acquire() {
   std::unique_lock<std::mutex> lock(mutex_);
+  const uint64_t ticket = next_ticket_++;
   ++waiting_;
-  cv_.wait(lock, [&] { return free_ > 0; });
+  cv_.wait(lock, [&] { return free_ > 0 && ticket == serving_ticket_; });
   --waiting_;
   --free_;
+  ++serving_ticket_;
+  lock.unlock();
+  cv_.notify_all();  // the next ticket may take a slot that is still free
 }
 
 bool ComputeGate::HasWaiters() const {
@@ -70,7 +74,7 @@ void ComputeGate::Release() {
     std::lock_guard<std::mutex> lock(mutex_);
     ++free_;
   }
-  cv_.notify_one();
+  cv_.notify_all();  // only the oldest ticket proceeds; the others wait again
 }
 
 // A queued call. A call with more rows than one batch may hold is taken a slice at a time

@@ -36,7 +36,9 @@ struct StepCandidate {
 };
 
 /// Bounds the number of batches computing at once across all models (the CPU has few cores and
-/// LibTorch already uses all of them inside one batch).
+/// LibTorch already uses all of them inside one batch). Slots go to waiters in arrival order: a
+/// batcher that releases and at once acquires again queues behind models already waiting, so a
+/// busy model cannot keep the slot from the others.
 class ComputeGate {
  public:
   explicit ComputeGate(int slots) : free_(slots) {}
@@ -51,6 +53,8 @@ class ComputeGate {
   std::condition_variable cv_;
   int free_;
   int waiting_ = 0;
+  uint64_t next_ticket_ = 0;    // handed to the next Acquire
+  uint64_t serving_ticket_ = 0;  // the oldest ticket not yet granted a slot
 };
 
 struct BatchObservation {

@@ -617,6 +617,34 @@ TEST(ModelScheduler, ComputeGateSerializesBatchesAcrossModels) {
   EXPECT_EQ(max_concurrent.load(), 1);
 }
 
+// A holder that releases the slot and at once asks again queues behind the model already
+// waiting (first come, first served), instead of taking the slot straight back.
+TEST(ComputeGate, SlotsGoToWaitersInArrivalOrder) {
+  ComputeGate gate(1);
+  gate.Acquire();
+  std::mutex mutex;
+  std::vector<std::string> order;
+  std::thread waiter([&] {
+    gate.Acquire();
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      order.push_back("waiter");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    gate.Release();
+  });
+  while (!gate.HasWaiters()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  gate.Release();
+  gate.Acquire();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    order.push_back("holder again");
+  }
+  gate.Release();
+  waiter.join();
+  EXPECT_EQ(order, (std::vector<std::string>{"waiter", "holder again"}));
+}
+
 TEST(ModelScheduler, RowsWithDifferentStepsShareABatch) {
   auto executor = std::make_shared<FakeExecutor>();
   ModelScheduler scheduler(Options(), executor);
