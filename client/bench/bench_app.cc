@@ -55,6 +55,7 @@ RunInfo MakeRunInfo(const BenchOptions& o, const LoadConfig& c) {
   info.on_miss = c.compute.on_miss;
   info.min_steps = c.compute.min_steps;
   info.set_deadline = c.set_deadline;
+  info.charge_send_lag = c.charge_send_lag;
   info.seed = c.seed;
   info.distinct_inputs = static_cast<int64_t>(c.inputs.size());
   info.started_at = absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone());

@@ -26,6 +26,9 @@ ABSL_FLAG(std::string, solver, "", "euler | heun | rk4");
 ABSL_FLAG(int, min_steps, 0, "quality floor for budget-driven step choice");
 ABSL_FLAG(std::string, on_miss, "", "floor | refuse when a budget cannot be met");
 ABSL_FLAG(bool, set_deadline, false, "also set the gRPC deadline to the request's budget");
+ABSL_FLAG(bool, charge_send_lag, true,
+          "open loop: a call sent after its scheduled arrival gets only what is left of its budget "
+          "(and deadline); its latency counts from the scheduled arrival either way");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30), "gRPC deadline of calls without --set_deadline");
 ABSL_FLAG(bool, normalize, false, "embed: L2-normalize");
 ABSL_FLAG(bool, truncate, true, "cut inputs longer than the model's limit");
@@ -68,6 +71,7 @@ int main(int argc, char** argv) {
   c.compute.min_steps = absl::GetFlag(FLAGS_min_steps);
   c.compute.on_miss = absl::GetFlag(FLAGS_on_miss);
   c.set_deadline = absl::GetFlag(FLAGS_set_deadline);
+  c.charge_send_lag = absl::GetFlag(FLAGS_charge_send_lag);
   c.timeout = absl::GetFlag(FLAGS_timeout);
   c.normalize = absl::GetFlag(FLAGS_normalize);
   c.truncate = absl::GetFlag(FLAGS_truncate);

@@ -17,6 +17,7 @@ constexpr int kStepChoiceBudgetFloor = 4;  // odeserve.v1.StepChoice.BUDGET_FLOO
 
 void AddRecord(ClassSummary& c, const CallRecord& r) {
   ++c.requests;
+  c.send_lag_ms.Add(r.send_lag_ms);
   if (r.code != 0) {
     ++c.errors[StatusCodeName(r.code)];
     return;
@@ -85,6 +86,7 @@ void WriteClass(JsonWriter& w, const ClassSummary& c) {
   w.Field("server_budget_met_rate", c.ServerMetRate());
   w.Field("floor_served", c.floor_served);
   WriteSamples(w, "latency_ms", c.latency_ms);
+  WriteSamples(w, "send_lag_ms", c.send_lag_ms);
   WriteSamples(w, "steps", c.steps);
   w.Key("steps_histogram").BeginObject();
   for (const auto& [steps, n] : c.steps_histogram) w.Field(absl::StrCat(steps), n);
@@ -188,6 +190,9 @@ std::string FormatSummaryTable(const BenchSummary& s) {
                   "  p90 ", Ms(a.latency_ms.Percentile(90)), "  p99 ",
                   Ms(a.latency_ms.Percentile(99)), "  max ", Ms(a.latency_ms.Max()), "  mean ",
                   Ms(a.latency_ms.Mean()), "\n");
+  absl::StrAppend(&out, "client send lag ms (sent after the scheduled arrival, in the latency): p50 ",
+                  Ms(a.send_lag_ms.Percentile(50)), "  p99 ", Ms(a.send_lag_ms.Percentile(99)), "  max ",
+                  Ms(a.send_lag_ms.Max()), "\n");
   absl::StrAppend(&out, "server split ms (means): queue ", Ms(a.queue_ms.Mean()), "  compute ",
                   Ms(a.compute_ms.Mean()), "  total ", Ms(a.server_total_ms.Mean()),
                   "  cost-model error ", Pct(a.prediction_error.Mean()), "  batch ",
@@ -237,6 +242,7 @@ std::string SummaryToJson(const BenchSummary& s) {
   w.Field("on_miss", i.on_miss);
   w.Field("min_steps", i.min_steps);
   w.Field("set_deadline", i.set_deadline);
+  w.Field("charge_send_lag", i.charge_send_lag);
   w.Field("seed", static_cast<int64_t>(i.seed));
   w.Field("distinct_inputs", i.distinct_inputs);
   w.EndObject();

@@ -18,6 +18,7 @@ namespace odeserve::client {
 struct CallRecord {
   size_t budget_class = 0;
   double latency_ms = 0;  // client-measured (open loop: from the scheduled arrival time)
+  double send_lag_ms = 0; // open loop: how long after its scheduled arrival it was sent
   int code = 0;           // gRPC status code (0 = OK)
   bool has_report = false;
   int steps = 0;
@@ -43,6 +44,7 @@ struct ClassSummary {
   int64_t server_met = 0;   // reported calls with budget_met = true
   int64_t floor_served = 0; // reported calls with step_choice = BUDGET_FLOOR
   Samples latency_ms;       // OK calls only
+  Samples send_lag_ms;      // every call: the load generator's own lateness
   Samples steps;            // reported calls
   Samples queue_ms, compute_ms, server_total_ms;
   Samples prediction_error;  // |predicted - total| / total, reported calls with both > 0
@@ -76,6 +78,7 @@ struct RunInfo {
   std::string on_miss;
   int min_steps = 0;
   bool set_deadline = false;
+  bool charge_send_lag = false;
   uint64_t seed = 0;
   int64_t distinct_inputs = 0;
   std::string started_at;  // RFC 3339

@@ -65,6 +65,7 @@ class LoadRun {
     v1::TranslateResponse translate_response;
     size_t budget_class = 0;
     Clock::time_point scheduled;
+    double send_lag_ms = 0;
     bool measured = false;
   };
 
@@ -99,10 +100,14 @@ void LoadRun::Issue(Clock::time_point scheduled) {
   call->measured = InWindow(scheduled);
   call->budget_class = sampler_.Next();
   const BudgetClass& cls = cfg_.budgets[call->budget_class];
+  const absl::Duration lag = absl::FromChrono(std::max(Clock::duration::zero(), Clock::now() - scheduled));
+  call->send_lag_ms = absl::ToDoubleMilliseconds(lag);
+  std::optional<absl::Duration> budget = cls.budget;
+  if (budget && cfg_.charge_send_lag) budget = RemainingBudget(*budget, lag);
   v1::ComputeOptions compute = base_;
-  if (cls.budget) SetDuration(*cls.budget, compute.mutable_latency_budget());
+  if (budget) SetDuration(*budget, compute.mutable_latency_budget());
   std::optional<absl::Duration> deadline = cfg_.timeout;
-  if (cfg_.set_deadline && cls.budget) deadline = *cls.budget;
+  if (cfg_.set_deadline && budget) deadline = *budget;
   PrepareContext(call->context, cfg_.connection, deadline);
 
   auto add_inputs = [&](google::protobuf::RepeatedPtrField<std::string>* inputs) {
@@ -150,6 +155,7 @@ void LoadRun::OnDone(Call* call, const grpc::Status& status) {
   CallRecord r;
   r.budget_class = call->budget_class;
   r.latency_ms = MsBetween(call->scheduled, now);
+  r.send_lag_ms = call->send_lag_ms;
   r.code = static_cast<int>(status.error_code());
   if (status.ok()) {
     if (cfg_.method == "embed") {
@@ -249,6 +255,10 @@ LoadResult LoadRun::Run() {
 }
 
 }  // namespace
+
+absl::Duration RemainingBudget(absl::Duration budget, absl::Duration lag) {
+  return std::max(budget - lag, absl::Microseconds(1));
+}
 
 absl::Status ValidateLoadConfig(const LoadConfig& c) {
   if (c.method != "embed" && c.method != "classify" && c.method != "translate") {

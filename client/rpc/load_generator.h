@@ -31,6 +31,10 @@ struct LoadConfig {
   std::vector<BudgetClass> budgets{{"none", std::nullopt, 1.0}};
   ComputeFlags compute;        // its budget is ignored: each call draws one from `budgets`
   bool set_deadline = false;   // also set the gRPC deadline to the drawn budget
+  // Open loop: a call sent late (the generator's own lag after its scheduled arrival, which its
+  // latency counts) tells the server only what is left of its budget (and deadline), as a user
+  // who arrived on time would.
+  bool charge_send_lag = true;
   absl::Duration timeout = absl::Seconds(30);  // gRPC deadline otherwise
   bool normalize = false;
   bool truncate = true;
@@ -54,6 +58,10 @@ struct LoadResult {
 };
 
 absl::Status ValidateLoadConfig(const LoadConfig& config);
+
+/// What is left of `budget` once the call is sent `lag` after its scheduled arrival: at least
+/// 1 us (a budget must be positive; the server then serves its floor or refuses).
+absl::Duration RemainingBudget(absl::Duration budget, absl::Duration lag);
 /// Connects, runs the load and returns the measured calls.
 absl::StatusOr<LoadResult> RunLoad(const LoadConfig& config);
 

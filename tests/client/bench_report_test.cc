@@ -40,6 +40,8 @@ BenchSummary Example() {
       Ok(1, 10, 12, true), Ok(1, 20, 12, true), Err(1, 8),        // RESOURCE_EXHAUSTED
   };
   records[2].step_choice = 4;  // served the floor
+  records[3].send_lag_ms = 0.8;  // the generator sent these late (errors count too)
+  records[2].send_lag_ms = 0.2;
   RunInfo info;
   info.method = "classify";
   info.model = "sections";
@@ -71,6 +73,9 @@ TEST(BenchReportTest, AggregatesPerClass) {
   EXPECT_EQ(c5.errors.at("DEADLINE_EXCEEDED"), 1);
   EXPECT_NEAR(c5.prediction_error.Mean(), 0.1, 1e-12);
   EXPECT_DOUBLE_EQ(c5.MeanBatchSize(), 4);
+  EXPECT_EQ(c5.send_lag_ms.count(), 4u);
+  EXPECT_DOUBLE_EQ(c5.send_lag_ms.Max(), 0.8);
+  EXPECT_DOUBLE_EQ(c5.send_lag_ms.Mean(), 0.25);
 
   const ClassSummary& none = s.classes[1];
   EXPECT_FALSE(none.budget_ms.has_value());
@@ -116,7 +121,8 @@ TEST(BenchReportTest, JsonParsesBackWithTheNumbers) {
       "d[\"classes\"][1][\"budget_ms\"] is None and "
       "d[\"classes\"][0][\"steps_histogram\"] == {\"4\": 2, \"6\": 1} and "
       "d[\"classes\"][0][\"errors\"] == {\"DEADLINE_EXCEEDED\": 1} and "
-      "d[\"overall\"][\"latency_ms\"][\"max\"] == 20 and d[\"run\"][\"mode\"] == \"closed\""));
+      "d[\"overall\"][\"latency_ms\"][\"max\"] == 20 and d[\"run\"][\"mode\"] == \"closed\" and "
+      "d[\"classes\"][0][\"send_lag_ms\"][\"max\"] == 0.8"));
 }
 
 TEST(BenchReportTest, SvgIsWellFormed) {

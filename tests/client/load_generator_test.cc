@@ -78,6 +78,30 @@ TEST_F(LoadTest, OpenLoopSendsAtThePoissonRate) {
   EXPECT_NEAR(s.ThroughputRps(), 300, 90);
 }
 
+TEST(RemainingBudgetTest, ALateSendLeavesLessOfTheBudget) {
+  EXPECT_EQ(RemainingBudget(absl::Milliseconds(10), absl::ZeroDuration()), absl::Milliseconds(10));
+  EXPECT_EQ(RemainingBudget(absl::Milliseconds(10), absl::Milliseconds(3)), absl::Milliseconds(7));
+  // Spent before it was sent: the server still gets a valid (tiny) budget, and serves its floor.
+  EXPECT_EQ(RemainingBudget(absl::Milliseconds(10), absl::Milliseconds(12)), absl::Microseconds(1));
+}
+
+// Every open-loop call records how late it was sent; the budget the server saw is at most the
+// drawn one (the fake server echoes it in its report as steps = budget ms, at most 12).
+TEST_F(LoadTest, OpenLoopRecordsSendLagAndChargesItToTheBudget) {
+  LoadConfig c = Config();
+  c.rate = 300;
+  c.budgets = *ParseBudgetMix("6ms");
+  auto r = RunLoad(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_GT(r->records.size(), 50u);
+  for (const CallRecord& record : r->records) {
+    EXPECT_GE(record.send_lag_ms, 0);
+    ASSERT_EQ(record.code, 0);
+    // steps = floor(budget ms sent): 6 when sent on time, fewer when sent over 1 ms late.
+    EXPECT_EQ(record.steps, std::max(1, static_cast<int>(6 - record.send_lag_ms)));
+  }
+}
+
 TEST_F(LoadTest, OpenLoopDropsBeyondMaxInflight) {
   server_.service().delay = std::chrono::milliseconds(100);
   LoadConfig c = Config();
