@@ -212,13 +212,21 @@ absl::StatusOr<Plan> ModelScheduler::MakePlan(const PlanRequest& request) const 
   auto compute = [&](int steps, Solver solver, int decoder_steps) {
     return PredictCompute(request, steps, solver, decoder_steps, forecast(solver).shared_padded_tokens);
   };
+  const double inflation = request.budget.has_value() ? LatencyInflation() : 1.0;
   auto finish = [&](int steps, Solver solver, int decoder_steps, StepChoiceKind choice) {
     plan.steps = steps;
     plan.solver = solver;
     plan.decoder_steps = decoder_steps;
     plan.choice = choice;
     plan.predicted_queue = forecast(solver).wait;
-    plan.predicted_total = plan.predicted_queue + compute(steps, solver, decoder_steps);
+    const absl::Duration predicted_compute = compute(steps, solver, decoder_steps);
+    plan.predicted_total = plan.predicted_queue + predicted_compute;
+    if (request.budget.has_value()) {
+      // A call that fits may wait for company while its slack lasts; one that will be late
+      // anyway starts at once.
+      const bool fits = plan.predicted_total * inflation <= *request.budget;
+      plan.start_within = fits ? *request.budget - predicted_compute * inflation : absl::ZeroDuration();
+    }
     return plan;
   };
   // Translation: an explicit decoder step count is kept; the encoder's follows the same rules.
@@ -269,7 +277,6 @@ absl::StatusOr<Plan> ModelScheduler::MakePlan(const PlanRequest& request) const 
         request.min_steps, " is above the model's step range"));
   }
   const absl::Duration budget = *request.budget;
-  const double inflation = LatencyInflation();
   // Predicted queue + compute of each candidate, computed once (each is a cost-model call).
   std::vector<absl::Duration> totals;
   for (const auto& c : candidates) totals.push_back(forecast(c.solver).wait + compute(c.steps, c.solver, c.decoder_steps));
@@ -293,14 +300,10 @@ absl::StatusOr<Plan> ModelScheduler::MakePlan(const PlanRequest& request) const 
   }
   const StepCandidate* best = best_index ? &candidates[*best_index] : nullptr;
   const StepCandidate* cheapest = &candidates[cheapest_index];
-  if (best != nullptr) {
-    finish(best->steps, best->solver, best->decoder_steps, StepChoiceKind::kBudget);
-    plan.start_within = std::max(absl::ZeroDuration(), budget - (plan.predicted_total - plan.predicted_queue) * inflation);
-    return plan;
-  }
+  if (best != nullptr) return finish(best->steps, best->solver, best->decoder_steps, StepChoiceKind::kBudget);
 
-  Plan floor_plan = finish(cheapest->steps, cheapest->solver, cheapest->decoder_steps, StepChoiceKind::kBudgetFloor);
-  floor_plan.start_within = absl::ZeroDuration();
+  const Plan floor_plan =
+      finish(cheapest->steps, cheapest->solver, cheapest->decoder_steps, StepChoiceKind::kBudgetFloor);
   if (request.miss_policy == MissPolicy::kRefuse) {
     return absl::DeadlineExceededError(absl::StrCat(
         "latency budget ", Ms(budget), " cannot be met: the cheapest allowed choice (",

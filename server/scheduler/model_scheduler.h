@@ -150,9 +150,10 @@ struct Plan {
   StepChoiceKind choice = StepChoiceKind::kModelDefault;
   absl::Duration predicted_queue;
   absl::Duration predicted_total;          // queue + compute
-  /// Budgeted calls: how long after planning its batch may start and still meet the budget,
-  /// the compute inflated by the safety factor; zero when the budget cannot be met (a call
-  /// that will be late never waits for company). Infinite without a budget.
+  /// Calls with a budget (explicit steps included): how long after planning its batch may start
+  /// and still meet the budget, the compute inflated by the safety factor; zero when the plan
+  /// does not fit the budget (a call that will be late never waits for company). Infinite
+  /// without a budget.
   absl::Duration start_within = absl::InfiniteDuration();
 };
 

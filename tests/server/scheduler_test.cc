@@ -1144,6 +1144,17 @@ TEST_F(Planning, ExplicitStepsAreRequested) {
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->solver, Solver::kHeun);
   EXPECT_NEAR(absl::ToDoubleMilliseconds(plan->predicted_total), 12.0, 0.1);
+  EXPECT_EQ(plan->start_within, absl::ZeroDuration()) << "12 ms against 100 us: late, so start at once";
+  // The budget still bounds the wait for company: 100 ms less the 11 ms of compute.
+  request.budget = absl::Milliseconds(100);
+  plan = scheduler_->MakePlan(request);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->choice, StepChoiceKind::kRequested);
+  EXPECT_NEAR(absl::ToDoubleMilliseconds(plan->start_within), 89.0, 0.1);
+  request.budget.reset();
+  plan = scheduler_->MakePlan(request);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->start_within, absl::InfiniteDuration());
 }
 
 TEST_F(Planning, NoBudgetUsesTheDefaultSteps) {
