@@ -25,6 +25,13 @@ constexpr size_t kMaxConnections = 64;  // more wait in the listen backlog
 // that sends a byte a second hold its connection (and, served in turn, every scrape) for hours.
 constexpr auto kRequestDeadline = std::chrono::seconds(2);
 constexpr auto kResponseDeadline = std::chrono::seconds(5);
+// After its response a connection is shut for writing and read until the client closes, at most
+// this long: closing with unread input (a pipelined request, an oversized head) would reset the
+// connection and could discard the response still in flight.
+constexpr auto kLingerDeadline = std::chrono::seconds(1);
+// accept() failing for want of descriptors leaves the connection queued and the socket readable:
+// pause accepting rather than spin.
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
 constexpr int kStopPollMs = 200;  // the loop wakes this often to notice Stop()
 
 std::string Response(const std::string& status, const std::string& content_type, const std::string& body) {
@@ -50,7 +57,8 @@ absl::Status HttpExposer::Start(const std::string& host, int port) {
   }
   std::string error = "no address";
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    // Non-blocking: a connection poll() reported may be gone by the time accept() runs.
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) continue;
     const int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -82,8 +90,10 @@ void HttpExposer::Stop() {
 }
 
 struct HttpExposer::Connection {
+  enum class Phase { kReading, kWriting, kLingering };
   int fd = -1;
   Clock::time_point deadline;
+  Phase phase = Phase::kReading;
   std::string request;
   std::string response;  // set once the request head is complete
   size_t sent = 0;
@@ -91,7 +101,8 @@ struct HttpExposer::Connection {
 
 namespace {
 
-// Sends what the socket takes now; false once the connection is finished (all sent, or failed).
+// Sends what the socket takes now: true while some is left for later (the socket is full), false
+// once all is sent or the send failed.
 bool SendSome(int fd, const std::string& data, size_t& sent) {
   while (sent < data.size()) {
     const ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -107,28 +118,42 @@ bool SendSome(int fd, const std::string& data, size_t& sent) {
 void HttpExposer::Serve() {
   std::vector<Connection> connections;
   std::vector<pollfd> polled;
-  // Reads what has arrived, answers a complete head, writes what the socket takes; false once
-  // the connection should close.
+  using Phase = Connection::Phase;
+  // Reads what has arrived, answers a complete head, writes what the socket takes, then reads
+  // and drops input until the client closes; false once the connection should close.
   auto advance = [this](Connection& c) {
-    if (c.response.empty()) {
-      char buffer[4096];
+    char buffer[4096];
+    if (c.phase != Phase::kWriting) {
       const ssize_t n = ::recv(c.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
       if (n <= 0) return false;
+      if (c.phase == Phase::kLingering) return true;
       c.request.append(buffer, static_cast<size_t>(n));
       if (c.request.find("\r\n\r\n") == std::string::npos && c.request.size() < kMaxRequestBytes) return true;
       c.response = Respond(c.request);
+      c.phase = Phase::kWriting;
       c.deadline = Clock::now() + kResponseDeadline;
     }
-    return SendSome(c.fd, c.response, c.sent);
+    if (SendSome(c.fd, c.response, c.sent)) return true;
+    if (c.sent < c.response.size()) return false;  // the send failed
+    ::shutdown(c.fd, SHUT_WR);
+    c.phase = Phase::kLingering;
+    c.deadline = Clock::now() + kLingerDeadline;
+    return true;
   };
+  Clock::time_point accept_paused_until;
   while (!stopping_.load()) {
     const auto now = Clock::now();
     int timeout_ms = kStopPollMs;
     polled.clear();
-    polled.push_back({listen_fd_, static_cast<short>(connections.size() < kMaxConnections ? POLLIN : 0), 0});
+    const bool accepting = connections.size() < kMaxConnections && now >= accept_paused_until;
+    polled.push_back({listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
+    if (now < accept_paused_until) {
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(accept_paused_until - now).count() + 1, 0, timeout_ms));
+    }
     for (const Connection& c : connections) {
-      polled.push_back({c.fd, static_cast<short>(c.response.empty() ? POLLIN : POLLOUT), 0});
+      polled.push_back({c.fd, static_cast<short>(c.phase == Phase::kWriting ? POLLOUT : POLLIN), 0});
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(c.deadline - now).count() + 1;
       timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, timeout_ms));
     }
@@ -147,7 +172,14 @@ void HttpExposer::Serve() {
                       connections.end());
     if (ready > 0 && (polled[0].revents & POLLIN) != 0) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd >= 0) connections.push_back({fd, after + kRequestDeadline, {}, {}, 0});
+      if (fd >= 0) {
+        Connection c;
+        c.fd = fd;
+        c.deadline = after + kRequestDeadline;
+        connections.push_back(std::move(c));
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
+        accept_paused_until = after + kAcceptBackoff;  // out of descriptors (EMFILE, ENFILE, ...)
+      }
     }
   }
   for (const Connection& c : connections) ::close(c.fd);

@@ -404,6 +404,14 @@ void ModelScheduler::TakePurgedLocked(std::vector<std::shared_ptr<Entry>>& dropp
   purged_.clear();
 }
 
+void ModelScheduler::FailPurged(std::unique_lock<std::mutex>& lock) {
+  std::vector<std::shared_ptr<Entry>> dropped;
+  TakePurgedLocked(dropped);
+  lock.unlock();
+  FailDropped(dropped);
+  lock.lock();
+}
+
 std::vector<ModelScheduler::Slice> ModelScheduler::TakeBatchLocked(
     const BatchRoom& room, std::vector<std::shared_ptr<Entry>>& dropped) {
   std::vector<Slice> batch;
@@ -466,11 +474,7 @@ void ModelScheduler::BatcherLoop() {
   while (true) {
     cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || batcher_task_ || !purged_.empty(); });
     if (!purged_.empty()) {
-      std::vector<std::shared_ptr<Entry>> dropped;
-      TakePurgedLocked(dropped);
-      lock.unlock();
-      FailDropped(dropped);
-      lock.lock();
+      FailPurged(lock);
       continue;
     }
     if (batcher_task_) {
@@ -486,6 +490,11 @@ void ModelScheduler::BatcherLoop() {
     // (recomputed as calls arrive: a tight budget arriving later shortens the wait).
     while (!stopping_ && queued_.rows < options_.max_batch_size &&
            queued_.padded_tokens < options_.max_batch_tokens) {
+      if (!purged_.empty()) {  // calls a full queue shed meanwhile: answer them now
+        FailPurged(lock);
+        continue;
+      }
+      if (queue_.empty()) break;
       absl::Time fill_deadline = queue_.front()->enqueued + options_.max_queue_delay;
       for (const auto& entry : queue_) fill_deadline = std::min(fill_deadline, entry->item->latest_start);
       const absl::Time now = absl::Now();

@@ -249,6 +249,8 @@ class ModelScheduler {
   bool PurgeGoneLocked();
   /// Moves the calls PurgeGoneLocked removed into `dropped`, for FailDropped.
   void TakePurgedLocked(std::vector<std::shared_ptr<Entry>>& dropped);
+  /// Completes the calls PurgeGoneLocked removed, with `lock` (held) released meanwhile.
+  void FailPurged(std::unique_lock<std::mutex>& lock);
   /// Whether a running batch takes joins at the boundary after step `iteration`, with
   /// `steps_left` steps to go (the join window, kMinStepsLeftToJoin, the compute gate).
   bool TakesJoinsAt(int iteration, int steps_left) const;

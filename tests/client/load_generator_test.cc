@@ -97,7 +97,7 @@ TEST_F(LoadTest, OpenLoopRecordsSendLagAndChargesItToTheBudget) {
   for (const CallRecord& record : r->records) {
     EXPECT_GE(record.send_lag_ms, 0);
     ASSERT_EQ(record.code, 0);
-    // steps = floor(budget ms sent): 6 when sent on time, fewer when sent over 1 ms late.
+    // steps = floor(budget ms sent): 6 only when sent with no lag at all, fewer when late.
     EXPECT_EQ(record.steps, std::max(1, static_cast<int>(6 - record.send_lag_ms)));
   }
 }

@@ -225,6 +225,14 @@ SchedulerOptions Options() {
   return options;
 }
 
+// Options() with a queue of `max_queue_size` rows that waits up to `max_queue_delay` for company.
+SchedulerOptions QueueOptions(int max_queue_size, absl::Duration max_queue_delay) {
+  SchedulerOptions options = Options();
+  options.max_queue_size = max_queue_size;
+  options.max_queue_delay = max_queue_delay;
+  return options;
+}
+
 // Starts a "plug" item and waits until the executor holds it, so that what the test submits
 // next queues up behind it deterministically.
 void Plug(ModelScheduler& scheduler, FakeExecutor& executor, Completion& completion, int runs_before = 0) {
@@ -491,6 +499,31 @@ TEST(ModelScheduler, AFullQueueShedsCallsThatAreGoneBeforeRefusing) {
     for (const auto& row : batch.rows) EXPECT_TRUE(row.marker == 900 || row.marker >= 4) << row.marker;
   }
   EXPECT_EQ(scheduler.queued_rows(), 0);
+}
+
+// The batcher waits (5 s here) for company for the only queued call; the call is cancelled and
+// a full-queue submit sheds it. It is answered at once, not when the wait ends, and the batcher
+// is left with an empty queue mid-wait.
+TEST(ModelScheduler, ACallShedWhileTheBatcherWaitsForCompanyIsAnsweredAtOnce) {
+  auto executor = std::make_shared<FakeExecutor>();
+  ModelScheduler scheduler(QueueOptions(/*max_queue_size=*/2, /*max_queue_delay=*/absl::Seconds(5)), executor);
+  Completion waiting, refused, after;
+  auto flag = std::make_shared<std::atomic<bool>>(false);
+  auto item = Item({Row(1, 4)}, 1, waiting);
+  item->cancelled = [flag] { return flag->load(); };
+  ASSERT_TRUE(scheduler.Submit(std::move(item)).ok());
+  flag->store(true);
+  const auto shed_at = std::chrono::steady_clock::now();
+  EXPECT_EQ(scheduler.Submit(Item({Row(2, 4), Row(3, 4), Row(4, 4)}, 1, refused)).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(waiting.Wait().status().code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(std::chrono::steady_clock::now() - shed_at, std::chrono::seconds(2));
+  EXPECT_EQ(scheduler.queued_rows(), 0);
+  // The batcher still serves.
+  ASSERT_TRUE(scheduler.Submit(Item({Row(5, 4), Row(6, 4)}, 1, after)).ok());
+  EXPECT_FALSE(refused.called());
+  scheduler.Stop();  // ends the wait for company: what is queued runs
+  ASSERT_TRUE(after.Wait().ok());
 }
 
 TEST(ModelScheduler, CancelledItemIsDroppedBeforeCompute) {
