@@ -64,12 +64,6 @@ absl::Status ValidateInputs(const Servable& s,
                                                    s.config.name(), "' accepts at most ", limit,
                                                    " per request (max_inputs_per_request)"));
   }
-  // A request larger than the whole queue could never be admitted: not an overload to retry.
-  if (const int queue = s.config.batching().max_queue_size(); inputs.size() > queue) {
-    return absl::InvalidArgumentError(absl::StrCat("inputs has ", inputs.size(), " strings; model '",
-                                                   s.config.name(), "' queues at most ", queue,
-                                                   " inputs (batching.max_queue_size)"));
-  }
   for (int i = 0; i < inputs.size(); ++i) {
     if (inputs[i].empty()) return absl::InvalidArgumentError(absl::StrCat("inputs[", i, "] is empty"));
     if (!tokenizer::IsValidUtf8(inputs[i])) {

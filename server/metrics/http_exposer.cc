@@ -145,17 +145,18 @@ void HttpExposer::Serve() {
   while (!stopping_.load()) {
     const auto now = Clock::now();
     int timeout_ms = kStopPollMs;
+    // Wake by `t` (rounded up, so an expired deadline is seen on the next pass, not spun on).
+    auto wake_by = [&](Clock::time_point t) {
+      const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(t - now).count() + 1;
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, timeout_ms));
+    };
     polled.clear();
     const bool accepting = connections.size() < kMaxConnections && now >= accept_paused_until;
     polled.push_back({listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
-    if (now < accept_paused_until) {
-      timeout_ms = static_cast<int>(std::clamp<int64_t>(
-          std::chrono::duration_cast<std::chrono::milliseconds>(accept_paused_until - now).count() + 1, 0, timeout_ms));
-    }
+    if (now < accept_paused_until) wake_by(accept_paused_until);
     for (const Connection& c : connections) {
       polled.push_back({c.fd, static_cast<short>(c.phase == Phase::kWriting ? POLLOUT : POLLIN), 0});
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(c.deadline - now).count() + 1;
-      timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, timeout_ms));
+      wake_by(c.deadline);
     }
     const int ready = ::poll(polled.data(), polled.size(), timeout_ms);
     const auto after = Clock::now();

@@ -55,9 +55,7 @@ CostShape Work(int64_t rows, int64_t longest, int steps, Solver solver, int deco
 void ComputeGate::Acquire() {
   std::unique_lock<std::mutex> lock(mutex_);
   const uint64_t ticket = next_ticket_++;
-  ++waiting_;
   cv_.wait(lock, [&] { return free_ > 0 && ticket == serving_ticket_; });
-  --waiting_;
   --free_;
   ++serving_ticket_;
   lock.unlock();
@@ -66,7 +64,7 @@ void ComputeGate::Acquire() {
 
 bool ComputeGate::HasWaiters() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return waiting_ > 0;
+  return next_ticket_ != serving_ticket_;  // tickets handed out and not yet granted
 }
 
 void ComputeGate::Release() {
@@ -349,6 +347,11 @@ absl::Status ModelScheduler::Submit(std::unique_ptr<WorkItem> item) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return absl::UnavailableError(absl::StrCat("model '", options_.model_name, "' is shutting down"));
+    if (rows > options_.max_queue_size) {  // never fits, even in an empty queue: not an overload
+      return absl::InvalidArgumentError(absl::StrCat(
+          "inputs has ", rows, " strings; model '", options_.model_name, "' queues at most ",
+          options_.max_queue_size, " inputs (batching.max_queue_size)"));
+    }
     if (queued_.rows + rows > options_.max_queue_size && PurgeGoneLocked()) {
       purged = true;
       PublishQueueDepthLocked();

@@ -52,7 +52,6 @@ class ComputeGate {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   int free_;
-  int waiting_ = 0;
   uint64_t next_ticket_ = 0;    // handed to the next Acquire
   uint64_t serving_ticket_ = 0;  // the oldest ticket not yet granted a slot
 };
@@ -194,8 +193,8 @@ class ModelScheduler {
   absl::StatusOr<Plan> MakePlan(const PlanRequest& request) const;
 
   /// Queues `item`. On OK the scheduler owns it and calls item->done exactly once; on error
-  /// (queue full: ResourceExhausted; stopped: Unavailable) the caller keeps it and done is not
-  /// called.
+  /// (queue full: ResourceExhausted; more rows than max_queue_size: InvalidArgument; stopped:
+  /// Unavailable) the caller keeps it and done is not called.
   absl::Status Submit(std::unique_ptr<WorkItem> item);
 
   /// Runs `warmup` (unmeasured) then `batches` through the executor on the batcher thread

@@ -21,6 +21,7 @@
 namespace odeserve::scheduler {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -502,28 +503,42 @@ TEST(ModelScheduler, AFullQueueShedsCallsThatAreGoneBeforeRefusing) {
 }
 
 // The batcher waits (5 s here) for company for the only queued call; the call is cancelled and
-// a full-queue submit sheds it. It is answered at once, not when the wait ends, and the batcher
-// is left with an empty queue mid-wait.
+// a submit that finds the queue full sheds it. It is answered at once, not when the wait ends.
 TEST(ModelScheduler, ACallShedWhileTheBatcherWaitsForCompanyIsAnsweredAtOnce) {
   auto executor = std::make_shared<FakeExecutor>();
   ModelScheduler scheduler(QueueOptions(/*max_queue_size=*/2, /*max_queue_delay=*/absl::Seconds(5)), executor);
-  Completion waiting, refused, after;
+  Completion waiting, after;
   auto flag = std::make_shared<std::atomic<bool>>(false);
   auto item = Item({Row(1, 4)}, 1, waiting);
   item->cancelled = [flag] { return flag->load(); };
   ASSERT_TRUE(scheduler.Submit(std::move(item)).ok());
   flag->store(true);
   const auto shed_at = std::chrono::steady_clock::now();
-  EXPECT_EQ(scheduler.Submit(Item({Row(2, 4), Row(3, 4), Row(4, 4)}, 1, refused)).code(),
-            absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(scheduler.Submit(Item({Row(2, 4), Row(3, 4)}, 1, after)).ok());
   EXPECT_EQ(waiting.Wait().status().code(), absl::StatusCode::kCancelled);
   EXPECT_LT(std::chrono::steady_clock::now() - shed_at, std::chrono::seconds(2));
-  EXPECT_EQ(scheduler.queued_rows(), 0);
-  // The batcher still serves.
-  ASSERT_TRUE(scheduler.Submit(Item({Row(5, 4), Row(6, 4)}, 1, after)).ok());
-  EXPECT_FALSE(refused.called());
+  EXPECT_EQ(scheduler.queued_rows(), 2);
   scheduler.Stop();  // ends the wait for company: what is queued runs
   ASSERT_TRUE(after.Wait().ok());
+}
+
+// A call with more rows than the whole queue holds can never be admitted: InvalidArgument (not an
+// overload to retry), and nothing queued is shed for it.
+TEST(ModelScheduler, ACallLargerThanTheQueueIsInvalidAndShedsNothing) {
+  auto executor = std::make_shared<FakeExecutor>();
+  ModelScheduler scheduler(QueueOptions(/*max_queue_size=*/2, /*max_queue_delay=*/absl::Seconds(5)), executor);
+  Completion cancelled, refused;
+  auto item = Item({Row(1, 4)}, 1, cancelled);
+  item->cancelled = [] { return true; };
+  ASSERT_TRUE(scheduler.Submit(std::move(item)).ok());
+  const absl::Status status = scheduler.Submit(Item({Row(2, 4), Row(3, 4), Row(4, 4)}, 1, refused));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              AllOf(HasSubstr("3 strings"), HasSubstr("'fake-model'"), HasSubstr("batching.max_queue_size")));
+  EXPECT_EQ(scheduler.queued_rows(), 1);
+  EXPECT_FALSE(refused.called());
+  scheduler.Stop();
+  EXPECT_EQ(cancelled.Wait().status().code(), absl::StatusCode::kCancelled);
 }
 
 TEST(ModelScheduler, CancelledItemIsDroppedBeforeCompute) {
