@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/lib/bench_report.h"
+#include "client/lib/input_lines.h"
 #include "client/lib/status_macros.h"
 #include "client/rpc/models.h"
 
@@ -17,12 +18,7 @@ absl::StatusOr<std::vector<std::string>> LoadInputs(const std::string& path) {
   if (path.empty()) return BuiltinInputs();
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open --inputs_file '", path, "'"));
-  std::vector<std::string> lines;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (!line.empty()) lines.push_back(std::move(line));
-  }
+  std::vector<std::string> lines = ReadInputLines(in);
   if (lines.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("--inputs_file '", path, "' has no lines"));
   }
@@ -65,7 +61,7 @@ RunInfo MakeRunInfo(const BenchOptions& o, const LoadConfig& c) {
 absl::StatusOr<BenchSummary> RunOnce(const BenchOptions& o, const LoadConfig& c) {
   const RunInfo info = MakeRunInfo(o, c);
   OC_ASSIGN_OR_RETURN(LoadResult r, RunLoad(c));
-  return Summarize(info, c.budgets, r.records, r.elapsed_s, r.sent, r.dropped);
+  return Summarize(info, c.budgets, r.records, r.totals);
 }
 
 absl::Status WriteOutputs(const BenchOptions& o, const std::string& json, const BenchSummary* s,

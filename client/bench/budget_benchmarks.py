@@ -24,6 +24,7 @@ Usage: budget_benchmarks.py --build build --repository models/repository
          --model classify-sections --method classify --inputs tests/fixtures/descriptions-sample.txt
 """
 import argparse
+import atexit
 import json
 import os
 import re
@@ -40,6 +41,17 @@ def log(*args):
     print(time.strftime("%H:%M:%S"), *args, file=sys.stderr, flush=True)
 
 
+_running_servers = []
+
+
+@atexit.register
+def _kill_running_servers():
+    """A driver that dies of an exception must not leave its servers holding the cores."""
+    for server in list(_running_servers):
+        if server.proc.poll() is None:
+            server.proc.kill()
+
+
 class Server:
     def __init__(self, binary, repository, workdir, name, flags=(), env=None):
         """Starts `binary` on `repository`; `flags` are extra odeserve flags, `env` extra
@@ -48,10 +60,12 @@ class Server:
         self.log_path = os.path.join(workdir, name + ".log")
         if os.path.exists(self.port_file):
             os.remove(self.port_file)
+        self.log_file = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [binary, "--model_repository", repository, "--grpc_address", "127.0.0.1", "--grpc_port", "0",
              "--metrics_address", "127.0.0.1", "--metrics_port", "0", "--port_file", self.port_file] + list(flags),
-            stderr=open(self.log_path, "w"), env=dict(os.environ, **(env or {})))
+            stderr=self.log_file, env=dict(os.environ, **(env or {})))
+        _running_servers.append(self)
         for _ in range(1200):
             if os.path.exists(self.port_file):
                 text = open(self.port_file).read()
@@ -73,7 +87,19 @@ class Server:
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=60)
+        code = self.proc.wait(timeout=60)
+        self.log_file.close()
+        _running_servers.remove(self)
+        return code
+
+
+def saturation_rate(sweep):
+    """The sweep's saturation, or its best level's throughput where no level was healthy (the
+    sweep then writes saturation_rps 0); None where it served nothing. Never 0: a rate of 0 would
+    turn every open-loop run of this script into a closed loop at concurrency 1."""
+    sat = sweep["sweep"].get("saturation_rps") or max(
+        [p["throughput_rps"] or 0 for p in sweep["sweep"]["points"]], default=0)
+    return sat if sat > 0 else None
 
 
 class Bench:
@@ -191,9 +217,9 @@ def main():
                                                    "--sweep_max", "64", "--sweep_p99_limit_ms", "%.3f" % (40 * b1_ms),
                                                    # one noisy level must not end the sweep early
                                                    "--sweep_patience", "3"])
-    sat = sweep["sweep"]["saturation_rps"] if "saturation_rps" in sweep.get("sweep", {}) else None
+    sat = saturation_rate(sweep)
     if sat is None:
-        sat = max(p["throughput_rps"] for p in sweep["sweep"]["points"])
+        sys.exit("the saturation sweep served nothing: see %s" % server.log_path)
     result["saturation_rps"] = sat
     rate = 0.7 * sat
     result["rate_70pct_rps"] = rate
@@ -245,11 +271,12 @@ def main():
             per_steps[steps] = {k: v["client_hit_rate"] for k, v in class_table(r).items()}
         oracle = {}
         for label in class_table(adaptive):
-            ok = [s for s, rates in per_steps.items() if rates.get(label, 0) >= 0.99]
+            ok = [s for s, rates in per_steps.items() if (rates.get(label) or 0) >= 0.99]
             oracle[label] = max(ok) if ok else 0
         result["oracle_steps"] = oracle
         result["adaptive_over_oracle_mean_steps"] = {
-            label: (class_table(adaptive)[label]["steps"]["mean"] / oracle[label]) if oracle[label] else None
+            label: (class_table(adaptive)[label]["steps"]["mean"] / oracle[label])
+            if oracle[label] and class_table(adaptive)[label]["steps"]["mean"] is not None else None
             for label in oracle}
         result["fixed_steps_hit_rates"] = per_steps
     server.stop()

@@ -50,16 +50,23 @@ def edit_config(text, lines):
     return text
 
 
+def number(value, spec, scale=1):
+    """`value` formatted, or "-" where the report has null (no OK call, no report in a class)."""
+    return "-" if value is None else spec % (scale * value)
+
+
 def describe(name, report):
     overall = report["overall"]
-    line = "%s: %.1f req/s, p50 %.2f ms, p99 %.2f ms" % (
-        name, report["throughput_rps"], overall["latency_ms"]["p50"], overall["latency_ms"]["p99"])
+    line = "%s: %s req/s, p50 %s ms, p99 %s ms" % (
+        name, number(report["throughput_rps"], "%.1f"), number(overall["latency_ms"]["p50"], "%.2f"),
+        number(overall["latency_ms"]["p99"], "%.2f"))
     if "client_hit_rate" in overall and report.get("classes"):
-        line += ", within budget %.2f%%" % (100 * overall["client_hit_rate"])
+        line += ", within budget %s%%" % number(overall["client_hit_rate"], "%.2f", 100)
         for c in report["classes"]:
-            line += " | %s: %.2f%%, %.2f steps, p99 %.1f ms, server queue %.1f + compute %.1f ms" % (
-                c["label"], 100 * c["client_hit_rate"], c["steps"]["mean"], c["latency_ms"]["p99"],
-                c["server_ms"]["queue_mean"], c["server_ms"]["compute_mean"])
+            line += " | %s: %s%%, %s steps, p99 %s ms, server queue %s + compute %s ms" % (
+                c["label"], number(c["client_hit_rate"], "%.2f", 100), number(c["steps"]["mean"], "%.2f"),
+                number(c["latency_ms"]["p99"], "%.1f"), number(c["server_ms"]["queue_mean"], "%.1f"),
+                number(c["server_ms"]["compute_mean"], "%.1f"))
     if overall.get("errors"):
         line += " | errors " + json.dumps(overall["errors"])
     return line

@@ -16,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "client/lib/bench_report.h"
 #include "client/lib/health_codec.h"
+#include "client/lib/input_lines.h"
 #include "client/lib/json_writer.h"
 #include "client/lib/status_macros.h"
 #include "client/rpc/models.h"
@@ -99,12 +100,7 @@ int Fail(Env& env, const absl::Status& s) {
 }
 
 absl::StatusOr<std::vector<std::string>> ReadLines(std::istream& in, const std::string& what) {
-  std::vector<std::string> lines;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (!line.empty()) lines.push_back(line);
-  }
+  std::vector<std::string> lines = ReadInputLines(in);
   if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", what));
   return lines;
 }
@@ -420,6 +416,10 @@ int RunCli(const CliOptions& options, const std::vector<std::string>& args, std:
   const std::string& cmd = args[0];
   const std::vector<std::string> operands(args.begin() + 1, args.end());
   Env env{options, in, out, err, nullptr};
+  if (options.deadline && *options.deadline <= absl::ZeroDuration()) {
+    return Fail(env, absl::InvalidArgumentError(absl::StrCat(
+                         "--deadline must be > 0, got ", absl::FormatDuration(*options.deadline))));
+  }
   static const char* const kCommands[] = {"embed", "classify", "translate", "models", "model",
                                           "health"};
   if (std::find(std::begin(kCommands), std::end(kCommands), cmd) == std::end(kCommands)) {

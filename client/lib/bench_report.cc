@@ -17,6 +17,10 @@ constexpr int kStepChoiceBudgetFloor = 4;  // odeserve.v1.StepChoice.BUDGET_FLOO
 
 void AddRecord(ClassSummary& c, const CallRecord& r) {
   ++c.requests;
+  if (r.code == kDroppedCode) {  // never sent: no lag, no latency
+    ++c.errors[StatusCodeName(r.code)];
+    return;
+  }
   c.send_lag_ms.Add(r.send_lag_ms);
   if (r.code != 0) {
     ++c.errors[StatusCodeName(r.code)];
@@ -120,10 +124,12 @@ double ClassSummary::MeanBatchSize() const {
 }
 
 double BenchSummary::ThroughputRps() const {
-  return elapsed_s > 0 ? overall.ok / elapsed_s : kNaN;
+  return totals.window_s > 0 ? totals.ok_in_window / totals.window_s : kNaN;
 }
 double BenchSummary::InputsPerSecond() const {
-  return elapsed_s > 0 ? overall.ok * static_cast<double>(info.batch) / elapsed_s : kNaN;
+  return totals.window_s > 0
+             ? totals.ok_in_window * static_cast<double>(info.batch) / totals.window_s
+             : kNaN;
 }
 double BenchSummary::ErrorRate() const {
   return overall.requests ? static_cast<double>(overall.requests - overall.ok) / overall.requests
@@ -137,18 +143,16 @@ std::string StatusCodeName(int code) {
       "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
       "UNIMPLEMENTED", "INTERNAL",       "UNAVAILABLE",       "DATA_LOSS",
       "UNAUTHENTICATED"};
+  if (code == kDroppedCode) return "DROPPED";
   if (code >= 0 && code < static_cast<int>(sizeof(kNames) / sizeof(kNames[0]))) return kNames[code];
   return absl::StrCat("CODE_", code);
 }
 
 BenchSummary Summarize(const RunInfo& info, const std::vector<BudgetClass>& classes,
-                       const std::vector<CallRecord>& records, double elapsed_s, int64_t sent,
-                       int64_t dropped) {
+                       const std::vector<CallRecord>& records, const LoadTotals& totals) {
   BenchSummary s;
   s.info = info;
-  s.elapsed_s = elapsed_s;
-  s.sent = sent;
-  s.dropped = dropped;
+  s.totals = totals;
   s.overall.label = "all";
   for (const auto& c : classes) {
     ClassSummary cs;
@@ -176,15 +180,15 @@ std::string FormatSummaryTable(const BenchSummary& s) {
     absl::StrAppendFormat(&out, "  closed loop, concurrency %d", i.concurrency);
   }
   absl::StrAppendFormat(&out, ", %.1f s measured after %.1f s warmup, batch %d, budgets %s",
-                        s.elapsed_s, i.warmup_s, i.batch, i.budgets);
+                        s.totals.window_s, i.warmup_s, i.batch, i.budgets);
   if (i.steps > 0) absl::StrAppend(&out, ", steps ", i.steps);
   if (!i.solver.empty()) absl::StrAppend(&out, ", solver ", i.solver);
   absl::StrAppend(&out, "\n\n");
   absl::StrAppendFormat(&out,
-                        "requests %d  ok %d  errors %d  dropped %d  throughput %.1f req/s "
-                        "(%.1f inputs/s)\n",
+                        "requests %d  ok %d  errors %d (dropped %d)  throughput %.1f req/s "
+                        "(%.1f inputs/s; the last measured call finished %.2f s after the window)\n",
                         s.overall.requests, s.overall.ok, s.overall.requests - s.overall.ok,
-                        s.dropped, s.ThroughputRps(), s.InputsPerSecond());
+                        s.totals.dropped, s.ThroughputRps(), s.InputsPerSecond(), s.totals.drain_s);
   const ClassSummary& a = s.overall;
   absl::StrAppend(&out, "latency ms (client, OK calls): p50 ", Ms(a.latency_ms.Percentile(50)),
                   "  p90 ", Ms(a.latency_ms.Percentile(90)), "  p99 ",
@@ -212,7 +216,8 @@ std::string FormatSummaryTable(const BenchSummary& s) {
   for (const auto& c : s.classes) row(c);
   if (s.classes.size() > 1) row(s.overall);
   absl::StrAppend(&out,
-                  "\nhit = OK and client latency <= budget, over all calls of the class; "
+                  "\nhit = OK and client latency <= budget, over all calls of the class (errors and "
+                  "dropped arrivals are misses); "
                   "met(srv) = server-reported budget_met; floor = budget missed, floor served\n");
   return out;
 }
@@ -246,9 +251,11 @@ std::string SummaryToJson(const BenchSummary& s) {
   w.Field("seed", static_cast<int64_t>(i.seed));
   w.Field("distinct_inputs", i.distinct_inputs);
   w.EndObject();
-  w.Field("elapsed_s", s.elapsed_s);
-  w.Field("sent", s.sent);
-  w.Field("dropped", s.dropped);
+  w.Field("elapsed_s", s.totals.window_s);
+  w.Field("drain_s", s.totals.drain_s);
+  w.Field("sent", s.totals.sent);
+  w.Field("dropped", s.totals.dropped);
+  w.Field("ok_in_window", s.totals.ok_in_window);
   w.Field("requests", s.overall.requests);
   w.Field("ok", s.overall.ok);
   w.Field("error_rate", s.ErrorRate());
@@ -270,7 +277,7 @@ std::string SummaryToSvg(const BenchSummary& s) {
   spec.subtitle = absl::StrCat(
       i.mode == "open" ? absl::StrFormat("open loop %.1f req/s", i.rate)
                        : absl::StrFormat("closed loop x%d", i.concurrency),
-      absl::StrFormat(", %.1f s, batch %d, %d calls, %.1f req/s OK, p99 %s ms", s.elapsed_s,
+      absl::StrFormat(", %.1f s, batch %d, %d calls, %.1f req/s OK, p99 %s ms", s.totals.window_s,
                       i.batch, s.overall.requests, s.ThroughputRps(),
                       Ms(s.overall.latency_ms.Percentile(99))),
       i.steps > 0 ? absl::StrCat(", steps ", i.steps) : "",

@@ -14,12 +14,16 @@
 
 namespace odeserve::client {
 
+/// CallRecord::code of an open-loop arrival the generator never sent (max in-flight reached):
+/// a user who got nothing, so a miss of its class and an error of the run.
+inline constexpr int kDroppedCode = -1;
+
 /// One finished call as the load generator saw it.
 struct CallRecord {
   size_t budget_class = 0;
   double latency_ms = 0;  // client-measured (open loop: from the scheduled arrival time)
   double send_lag_ms = 0; // open loop: how long after its scheduled arrival it was sent
-  int code = 0;           // gRPC status code (0 = OK)
+  int code = 0;           // gRPC status code (0 = OK), or kDroppedCode
   bool has_report = false;
   int steps = 0;
   int solver = 0;  // odeserve.v1.Solver value
@@ -37,7 +41,7 @@ struct CallRecord {
 struct ClassSummary {
   std::string label;
   std::optional<double> budget_ms;
-  int64_t requests = 0;     // finished calls, any status
+  int64_t requests = 0;     // finished calls, any status, and dropped arrivals
   int64_t ok = 0;
   int64_t client_hits = 0;  // OK and client latency <= budget (every OK call when no budget)
   int64_t reported = 0;     // OK calls that carried a ComputeReport
@@ -84,23 +88,32 @@ struct RunInfo {
   std::string started_at;  // RFC 3339
 };
 
+/// What the load generator counted besides the per-call records.
+struct LoadTotals {
+  double window_s = 0;       // the measurement window (--duration)
+  int64_t sent = 0;          // measured calls sent (scheduled in the window)
+  int64_t dropped = 0;       // measured arrivals not sent: max in-flight reached (open loop)
+  // OK completions of any call, warm-up included, that landed inside the window: the rate the
+  // server kept up. Counting the measured calls instead over the time until the last of them
+  // finished would let one slow call (or one that ran into --timeout) shrink it several times.
+  int64_t ok_in_window = 0;
+  double drain_s = 0;        // from the window's end until the last measured call finished
+};
+
 struct BenchSummary {
   RunInfo info;
-  double elapsed_s = 0;  // measurement window
-  int64_t sent = 0;      // calls started in the window
-  int64_t dropped = 0;   // open loop: arrivals not sent because max in-flight was reached
+  LoadTotals totals;
   ClassSummary overall;
   std::vector<ClassSummary> classes;
 
-  double ThroughputRps() const;  // OK calls per second
+  double ThroughputRps() const;  // OK completions inside the window per second of it
   double InputsPerSecond() const;
-  double ErrorRate() const;      // non-OK / finished
+  double ErrorRate() const;      // non-OK (dropped arrivals included) / all measured calls
 };
 
 /// Aggregates records (budget_class indexes `classes`).
 BenchSummary Summarize(const RunInfo& info, const std::vector<BudgetClass>& classes,
-                       const std::vector<CallRecord>& records, double elapsed_s, int64_t sent,
-                       int64_t dropped);
+                       const std::vector<CallRecord>& records, const LoadTotals& totals);
 
 /// Canonical gRPC status code name ("OK", "DEADLINE_EXCEEDED", ...); "CODE_<n>" if unknown.
 std::string StatusCodeName(int code);

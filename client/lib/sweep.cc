@@ -70,6 +70,7 @@ SweepResult SweepController::Result() const {
     r.saturation_level = points_[*best_].level;
     r.saturation_p99_ms = points_[*best_].p99_ms;
   }
+  for (const SweepPoint& p : points_) r.saturation_reached |= p.degraded || p.plateau;
   return r;
 }
 
@@ -89,11 +90,15 @@ std::string FormatSweepTable(const SweepOptions& options, const SweepResult& res
   absl::StrAppend(&out, "stopped: ", result.stop_reason, "\n");
   if (result.saturation_rps > 0) {
     absl::StrAppendFormat(&out,
-                          "saturation: %.1f req/s (%s %g, p99 %.2f ms); %.0f%% of saturation = "
+                          "saturation: %s%.1f req/s (%s %g, p99 %.2f ms%s); %.0f%% of it = "
                           "%.1f req/s (run: odeserve-bench --rate %.1f ...)\n",
-                          result.saturation_rps, level_name, result.saturation_level,
-                          result.saturation_p99_ms, 100 * fraction,
-                          fraction * result.saturation_rps, fraction * result.saturation_rps);
+                          result.saturation_reached ? "" : "at least ", result.saturation_rps,
+                          level_name, result.saturation_level, result.saturation_p99_ms,
+                          result.saturation_reached
+                              ? ""
+                              : "; no level degraded before the sweep stopped: raise --sweep_max",
+                          100 * fraction, fraction * result.saturation_rps,
+                          fraction * result.saturation_rps);
   } else {
     absl::StrAppend(&out, "saturation: not found (no healthy level)\n");
   }
@@ -134,6 +139,7 @@ std::string SweepToJson(const SweepOptions& options, const SweepResult& result,
   w.Field("saturation_rps", result.saturation_rps);
   w.Field("saturation_level", result.saturation_level);
   w.Field("saturation_p99_ms", result.saturation_p99_ms);
+  w.Field("saturation_reached", result.saturation_reached);
   w.Field("fraction", fraction);
   w.Field("rate_at_fraction", fraction * result.saturation_rps);
   w.EndObject();

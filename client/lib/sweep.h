@@ -41,6 +41,9 @@ struct SweepResult {
   double saturation_rps = 0;     // best healthy throughput
   double saturation_level = 0;   // the level that reached it
   double saturation_p99_ms = 0;
+  // False when no level degraded or plateaued before the sweep stopped (its level cap or its
+  // number of levels): saturation_rps is then only a lower bound.
+  bool saturation_reached = false;
   std::string stop_reason;
   std::vector<SweepPoint> points;
 };

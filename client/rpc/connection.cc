@@ -1,6 +1,7 @@
 #include "client/rpc/connection.h"
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <sstream>
@@ -26,6 +27,23 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   return ss.str();
 }
 
+namespace {
+
+// An empty PEM is not an error to gRPC: an empty CA bundle means "trust the system roots" and
+// an empty certificate chain "no client certificate", neither what the flag asked for. A
+// directory reads as empty without an error, so it is caught here too.
+absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " '", path, "' is not a file"));
+  }
+  OC_ASSIGN_OR_RETURN(std::string pem, ReadFileToString(path));
+  if (pem.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " '", path, "' is empty"));
+  return pem;
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ConnectionOptions& options,
                                                            int index) {
   if (options.address.empty()) return absl::InvalidArgumentError("--address is empty");
@@ -45,11 +63,11 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ConnectionOptio
   if (tls) {
     grpc::SslCredentialsOptions ssl;
     if (!options.tls_ca.empty()) {
-      OC_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFileToString(options.tls_ca));
+      OC_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPemFile("--tls_ca", options.tls_ca));
     }
     if (!options.tls_cert.empty()) {
-      OC_ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadFileToString(options.tls_cert));
-      OC_ASSIGN_OR_RETURN(ssl.pem_private_key, ReadFileToString(options.tls_key));
+      OC_ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadPemFile("--tls_cert", options.tls_cert));
+      OC_ASSIGN_OR_RETURN(ssl.pem_private_key, ReadPemFile("--tls_key", options.tls_key));
     }
     if (!options.tls_server_name.empty()) {
       args.SetSslTargetNameOverride(options.tls_server_name);

@@ -69,12 +69,13 @@ class LoadRun {
     bool measured = false;
   };
 
-  void Issue(Clock::time_point scheduled);  // issuing thread only
+  void Issue(Clock::time_point scheduled, size_t budget_class);  // issuing thread only
   void OnDone(Call* call, const grpc::Status& status);
   void ProgressLoop();
   bool InWindow(Clock::time_point t) const { return t >= measure_start_ && t < measure_end_; }
 
   const LoadConfig& cfg_;
+  const bool open_loop_ = cfg_.rate > 0;
   const v1::ComputeOptions base_;
   std::vector<std::unique_ptr<v1::Inference::Stub>> stubs_;
   size_t next_stub_ = 0;
@@ -94,11 +95,11 @@ class LoadRun {
   std::atomic<int64_t> sent_{0}, ok_{0}, errors_{0};
 };
 
-void LoadRun::Issue(Clock::time_point scheduled) {
+void LoadRun::Issue(Clock::time_point scheduled, size_t budget_class) {
   auto* call = new Call;
   call->scheduled = scheduled;
   call->measured = InWindow(scheduled);
-  call->budget_class = sampler_.Next();
+  call->budget_class = budget_class;
   const BudgetClass& cls = cfg_.budgets[call->budget_class];
   const absl::Duration lag = absl::FromChrono(std::max(Clock::duration::zero(), Clock::now() - scheduled));
   call->send_lag_ms = absl::ToDoubleMilliseconds(lag);
@@ -119,7 +120,7 @@ void LoadRun::Issue(Clock::time_point scheduled) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++inflight_;
-    if (call->measured) ++result_.sent;
+    if (call->measured) ++result_.totals.sent;
   }
   ++sent_;
   auto done = [this, call](grpc::Status s) { OnDone(call, s); };
@@ -178,8 +179,9 @@ void LoadRun::OnDone(Call* call, const grpc::Status& status) {
       if (status.ok()) live_.Record(r.latency_ms);
       last_measured_done_ = std::max(last_measured_done_, now);
     }
+    if (status.ok() && InWindow(now)) ++result_.totals.ok_in_window;
     --inflight_;
-    if (cfg_.rate <= 0 && now < measure_end_) ++pending_reissues_;
+    if (!open_loop_ && now < measure_end_) ++pending_reissues_;
     // Notify under the lock: once inflight_ reaches 0 Run() may return and destroy cv_.
     cv_.notify_all();
   }
@@ -193,15 +195,19 @@ void LoadRun::ProgressLoop() {
     const double t = std::chrono::duration<double>(Clock::now() - start_).count();
     const int64_t ok = ok_.load();
     const double p99 = live_.Percentile(99);
+    const int64_t inflight = inflight_;
     const char* phase = Clock::now() < measure_start_ ? "warmup " : "measure";
+    // Written unlocked: a slow stderr (a paused pipe) must not hold up issuing and completions.
+    lock.unlock();
     *cfg_.progress << absl::StrFormat(
         "%s[%6.1fs] %s sent %d ok %d errors %d inflight %d rps %.1f p99 %s\n",
-        cfg_.progress_label, t, phase, sent_.load(), ok, errors_.load(), inflight_,
+        cfg_.progress_label, t, phase, sent_.load(), ok, errors_.load(), inflight,
         static_cast<double>(ok - last_ok),
         std::isnan(p99) ? std::string("-") : absl::StrFormat("%.2fms", p99));
     cfg_.progress->flush();
     last_ok = ok;
     next += std::chrono::seconds(1);
+    lock.lock();
   }
 }
 
@@ -213,7 +219,7 @@ LoadResult LoadRun::Run() {
   std::thread progress;
   if (cfg_.progress) progress = std::thread([this] { ProgressLoop(); });
 
-  if (cfg_.rate > 0) {
+  if (open_loop_) {
     PoissonArrivals arrivals(cfg_.rate, cfg_.seed);
     Clock::time_point t = start_;
     while (true) {
@@ -221,23 +227,31 @@ LoadResult LoadRun::Run() {
           std::chrono::duration<double>(arrivals.NextGapSeconds()));
       if (t >= measure_end_) break;
       std::this_thread::sleep_until(t);
+      // The class is drawn first: a dropped arrival is a miss of its class, not a call unseen.
+      const size_t budget_class = sampler_.Next();
       bool full;
       {
         std::lock_guard<std::mutex> lock(mu_);
         full = inflight_ >= cfg_.max_inflight;
-        if (full && InWindow(t)) ++result_.dropped;
+        if (full && InWindow(t)) {
+          ++result_.totals.dropped;
+          CallRecord dropped;
+          dropped.budget_class = budget_class;
+          dropped.code = kDroppedCode;
+          result_.records.push_back(dropped);
+        }
       }
-      if (!full) Issue(t);
+      if (!full) Issue(t, budget_class);
     }
   } else {
-    for (int i = 0; i < cfg_.concurrency; ++i) Issue(Clock::now());
+    for (int i = 0; i < cfg_.concurrency; ++i) Issue(Clock::now(), sampler_.Next());
     std::unique_lock<std::mutex> lock(mu_);
     while (Clock::now() < measure_end_) {
       cv_.wait_until(lock, measure_end_, [this] { return pending_reissues_ > 0; });
       while (pending_reissues_ > 0 && Clock::now() < measure_end_) {
         --pending_reissues_;
         lock.unlock();
-        Issue(Clock::now());
+        Issue(Clock::now(), sampler_.Next());
         lock.lock();
       }
     }
@@ -248,9 +262,9 @@ LoadResult LoadRun::Run() {
   lock.unlock();
   cv_.notify_all();
   if (progress.joinable()) progress.join();
-  result_.elapsed_s =
-      std::max(absl::ToDoubleSeconds(cfg_.duration),
-               std::chrono::duration<double>(last_measured_done_ - measure_start_).count());
+  result_.totals.window_s = absl::ToDoubleSeconds(cfg_.duration);
+  result_.totals.drain_s =
+      std::max(0.0, std::chrono::duration<double>(last_measured_done_ - measure_end_).count());
   return std::move(result_);
 }
 
@@ -268,14 +282,24 @@ absl::Status ValidateLoadConfig(const LoadConfig& c) {
   if (c.inputs.empty()) return absl::InvalidArgumentError("no inputs to send");
   if (c.batch < 1) return absl::InvalidArgumentError(absl::StrCat("--batch must be >= 1, got ", c.batch));
   if (c.budgets.empty()) return absl::InvalidArgumentError("the budget mix is empty");
-  if (c.rate < 0) return absl::InvalidArgumentError("--rate must be >= 0");
+  if (!(c.rate >= 0 && c.rate <= kMaxRate)) {  // NaN fails both
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rate must be between 0 and ", kMaxRate, " req/s, got ", c.rate));
+  }
   if (c.rate <= 0 && c.concurrency < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--concurrency must be >= 1, got ", c.concurrency));
   }
   if (c.connections < 1) return absl::InvalidArgumentError("--connections must be >= 1");
-  if (c.duration <= absl::ZeroDuration()) return absl::InvalidArgumentError("--duration must be > 0");
-  if (c.warmup < absl::ZeroDuration()) return absl::InvalidArgumentError("--warmup must be >= 0");
+  // Finite: the window's end is a steady-clock time point, which an infinite duration overflows.
+  if (c.duration <= absl::ZeroDuration() || c.duration == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--duration must be > 0 and finite, got ", absl::FormatDuration(c.duration)));
+  }
+  if (c.warmup < absl::ZeroDuration() || c.warmup == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--warmup must be >= 0 and finite, got ", absl::FormatDuration(c.warmup)));
+  }
   if (c.timeout <= absl::ZeroDuration()) return absl::InvalidArgumentError("--timeout must be > 0");
   if (c.max_inflight < 1) return absl::InvalidArgumentError("--max_inflight must be >= 1");
   return BuildComputeOptions(c.compute).status();

@@ -40,7 +40,7 @@ struct LoadConfig {
   bool truncate = true;
   int top_k = 1;
   int beam_size = 0;
-  double rate = 0;             // > 0: open loop at this many req/s
+  double rate = 0;             // > 0: open loop at this many req/s (at most kMaxRate)
   int concurrency = 1;         // closed loop
   absl::Duration warmup = absl::Seconds(2);
   absl::Duration duration = absl::Seconds(10);
@@ -51,11 +51,12 @@ struct LoadConfig {
 };
 
 struct LoadResult {
-  std::vector<CallRecord> records;  // measured calls
-  double elapsed_s = 0;
-  int64_t sent = 0;     // measured calls sent
-  int64_t dropped = 0;  // measured arrivals dropped (open loop, max in-flight reached)
+  std::vector<CallRecord> records;  // measured calls, and measured arrivals dropped (kDroppedCode)
+  LoadTotals totals;
 };
+
+// Above this the arrival gaps round to nothing on the steady clock.
+inline constexpr double kMaxRate = 1e6;
 
 absl::Status ValidateLoadConfig(const LoadConfig& config);
 

@@ -49,7 +49,11 @@ BenchSummary Example() {
   info.concurrency = 2;
   info.batch = 2;
   info.budgets = "5ms,none";
-  return Summarize(info, classes, records, 2.0, 7, 0);
+  LoadTotals totals;
+  totals.window_s = 2.0;
+  totals.sent = 7;
+  totals.ok_in_window = 5;
+  return Summarize(info, classes, records, totals);
 }
 
 TEST(BenchReportTest, AggregatesPerClass) {
@@ -92,18 +96,58 @@ TEST(BenchReportTest, AggregatesPerClass) {
   EXPECT_DOUBLE_EQ(s.overall.latency_ms.Percentile(100), 20);
 }
 
+// An arrival the generator dropped (max in-flight reached) is a user who got nothing: a miss of
+// its class and an error of the run, with no latency or send lag of its own.
+TEST(BenchReportTest, DroppedArrivalsAreMissesAndErrors) {
+  auto classes = *ParseBudgetMix("5ms");
+  CallRecord dropped;
+  dropped.code = kDroppedCode;
+  const std::vector<CallRecord> records = {Ok(0, 3, 4, true), dropped, dropped, Ok(0, 4, 4, true)};
+  LoadTotals totals;
+  totals.window_s = 1;
+  totals.sent = 2;
+  totals.dropped = 2;
+  totals.ok_in_window = 2;
+  const BenchSummary s = Summarize(RunInfo{}, classes, records, totals);
+  EXPECT_EQ(s.classes[0].requests, 4);
+  EXPECT_DOUBLE_EQ(s.classes[0].ClientHitRate(), 0.5);
+  EXPECT_EQ(s.classes[0].errors.at("DROPPED"), 2);
+  EXPECT_DOUBLE_EQ(s.ErrorRate(), 0.5);
+  EXPECT_EQ(s.classes[0].send_lag_ms.count(), 2u);
+  EXPECT_EQ(s.classes[0].latency_ms.count(), 2u);
+  EXPECT_NE(FormatSummaryTable(s).find("(dropped 2)"), std::string::npos) << FormatSummaryTable(s);
+}
+
+// Throughput is the completions inside the window over the window, whatever the measured calls'
+// own latencies: a straggler that finished long after the window does not stretch it.
+TEST(BenchReportTest, ThroughputIsCompletionsInsideTheWindow) {
+  auto classes = *ParseBudgetMix("none");
+  std::vector<CallRecord> records(10, Ok(0, 2, 1, true));
+  records[9].latency_ms = 4000;
+  LoadTotals totals;
+  totals.window_s = 1;
+  totals.sent = 10;
+  totals.ok_in_window = 12;  // warm-up calls that finished inside the window count too
+  totals.drain_s = 3.9;
+  const BenchSummary s = Summarize(RunInfo{}, classes, records, totals);
+  EXPECT_DOUBLE_EQ(s.ThroughputRps(), 12);
+  EXPECT_NE(FormatSummaryTable(s).find("3.90 s after the window"), std::string::npos)
+      << FormatSummaryTable(s);
+}
+
 TEST(BenchReportTest, StatusCodeNames) {
   EXPECT_EQ(StatusCodeName(0), "OK");
   EXPECT_EQ(StatusCodeName(4), "DEADLINE_EXCEEDED");
   EXPECT_EQ(StatusCodeName(14), "UNAVAILABLE");
   EXPECT_EQ(StatusCodeName(16), "UNAUTHENTICATED");
   EXPECT_EQ(StatusCodeName(99), "CODE_99");
+  EXPECT_EQ(StatusCodeName(kDroppedCode), "DROPPED");
 }
 
 TEST(BenchReportTest, TableShowsEveryClass) {
   const std::string t = FormatSummaryTable(Example());
   EXPECT_NE(t.find("closed loop, concurrency 2"), std::string::npos) << t;
-  EXPECT_NE(t.find("throughput 2.5 req/s (5.0 inputs/s)"), std::string::npos) << t;
+  EXPECT_NE(t.find("throughput 2.5 req/s (5.0 inputs/s;"), std::string::npos) << t;
   EXPECT_NE(t.find("5ms"), std::string::npos);
   EXPECT_NE(t.find("50.0%"), std::string::npos) << t;
   EXPECT_NE(t.find("DEADLINE_EXCEEDED=1"), std::string::npos) << t;

@@ -70,10 +70,10 @@ TEST_F(CliTest, ClassifyJsonParses) {
 
 TEST_F(CliTest, ReadsStdinAndInputFile) {
   options_.model = "mt";
-  ASSERT_EQ(Run({"translate", "-"}, "first line\n\nsecond line\r\n"), 0) << err();
+  ASSERT_EQ(Run({"translate", "-"}, "first line\n\n \t \r\nsecond line\r\n"), 0) << err();
   EXPECT_NE(out().find("-> de: first line"), std::string::npos) << out();
   EXPECT_NE(out().find("-> de: second line  (score -0.500)"), std::string::npos) << out();
-  EXPECT_EQ(out().find("[2]"), std::string::npos) << "blank lines are skipped";
+  EXPECT_EQ(out().find("[2]"), std::string::npos) << "blank (and whitespace-only) lines are skipped";
 
   options_.input_file = testing::WriteTemp("from a file\n", ".txt");
   ASSERT_EQ(Run({"translate"}), 0) << err();
@@ -178,10 +178,24 @@ TEST(CliNoServerTest, UnavailableAndTlsFileErrors) {
   std::ostringstream out, err;
   EXPECT_EQ(RunCli(o, {"models"}, in, out, err), 1);
   EXPECT_EQ(err.str().rfind("error: UNAVAILABLE: ", 0), 0u) << err.str();
+  o.deadline = absl::ZeroDuration();
+  err.str("");
+  EXPECT_EQ(RunCli(o, {"models"}, in, out, err), 2);
+  EXPECT_EQ(err.str(), "error: INVALID_ARGUMENT: --deadline must be > 0, got 0\n");
+  o.deadline = absl::Seconds(2);
   o.connection.tls_ca = "/nonexistent/ca.pem";
   err.str("");
   EXPECT_EQ(RunCli(o, {"models"}, in, out, err), 1);
   EXPECT_EQ(err.str(), "error: NOT_FOUND: cannot open '/nonexistent/ca.pem'\n");
+  // An empty CA file or a directory would have meant "trust the system roots" to gRPC.
+  const std::string empty = ::testing::TempDir() + "empty-ca.pem";
+  std::ofstream(empty).close();
+  for (const std::string& path : {empty, ::testing::TempDir()}) {
+    o.connection.tls_ca = path;
+    err.str("");
+    EXPECT_EQ(RunCli(o, {"models"}, in, out, err), 2);
+    EXPECT_NE(err.str().find("INVALID_ARGUMENT: --tls_ca '" + path + "' is"), std::string::npos) << err.str();
+  }
   o.connection.tls_ca.clear();
   o.connection.tls_cert = "/tmp/cert.pem";
   err.str("");

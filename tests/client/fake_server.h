@@ -3,6 +3,7 @@
 // deterministic answers, a configurable per-call delay, and the standard health service.
 // Step choice imitates the real contract: requested steps, else min(12, budget in ms), else 12.
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -21,6 +22,9 @@ namespace odeserve::client::testing {
 class FakeInference final : public v1::Inference::Service {
  public:
   std::chrono::microseconds delay{0};
+  // The slow_call-th call (counting from 1) sleeps slow_delay instead; 0: none.
+  int slow_call = 0;
+  std::chrono::microseconds slow_delay{0};
 
   std::string last_authorization() {
     std::lock_guard<std::mutex> l(mu_);
@@ -124,7 +128,11 @@ class FakeInference final : public v1::Inference::Service {
   grpc::Status Check(grpc::ServerContext* ctx, const std::string& model, const std::string& want,
                      const google::protobuf::RepeatedPtrField<std::string>& inputs) {
     Remember(ctx);
-    if (delay.count() > 0) std::this_thread::sleep_for(delay);
+    if (slow_call > 0 && ++calls_ == slow_call) {
+      std::this_thread::sleep_for(slow_delay);
+    } else if (delay.count() > 0) {
+      std::this_thread::sleep_for(delay);
+    }
     if (model != "emb" && model != "cls" && model != "mt") {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown model '", model, "'"));
     }
@@ -200,6 +208,7 @@ class FakeInference final : public v1::Inference::Service {
 
   std::mutex mu_;
   std::string last_authorization_;
+  std::atomic<int> calls_{0};
 };
 
 /// Starts FakeInference + grpc.health.v1 on an ephemeral port; stops on destruction.

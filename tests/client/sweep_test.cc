@@ -36,7 +36,8 @@ TEST(SweepControllerTest, ClosedLoopFindsThePlateau) {
   EXPECT_NE(r.stop_reason.find("2 levels in a row"), std::string::npos) << r.stop_reason;
   const std::string table = FormatSweepTable(o, r);
   EXPECT_NE(table.find("saturation: 1000.0 req/s (concurrency 8"), std::string::npos) << table;
-  EXPECT_NE(table.find("70% of saturation = 700.0 req/s"), std::string::npos) << table;
+  EXPECT_NE(table.find("70% of it = 700.0 req/s"), std::string::npos) << table;
+  EXPECT_TRUE(r.saturation_reached);
 }
 
 TEST(SweepControllerTest, ClosedLoopLevelsAlwaysGrow) {
@@ -52,6 +53,11 @@ TEST(SweepControllerTest, ClosedLoopLevelsAlwaysGrow) {
   }
   EXPECT_EQ(levels, (std::vector<double>{1, 2, 3, 4}));
   EXPECT_NE(c.Result().stop_reason.find("maximum level"), std::string::npos);
+  // Every level scaled: the best one is only a lower bound on saturation, and says so.
+  EXPECT_FALSE(c.Result().saturation_reached);
+  const std::string table = FormatSweepTable(o, c.Result());
+  EXPECT_NE(table.find("saturation: at least 800.0 req/s"), std::string::npos) << table;
+  EXPECT_NE(table.find("raise --sweep_max"), std::string::npos) << table;
 }
 
 TEST(SweepControllerTest, ErrorsAndP99LimitDegrade) {
