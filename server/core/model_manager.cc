@@ -86,7 +86,7 @@ absl::Status ModelManager::LoadAll() {
     entry->name = dir.filename().string();
     entry->dir = dir;
     const auto started = std::chrono::steady_clock::now();
-    auto servable = LoadModel(dir);
+    auto servable = LoadModelGuarded(dir);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (servable.ok()) {
       entry->state = v1::READY;
@@ -110,6 +110,16 @@ absl::Status ModelManager::LoadAll() {
     models_[entry->name] = std::move(entry);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModelGuarded(const fs::path& dir) {
+  // One model's load must never take the server down: an exception (an allocation that a
+  // config's sizes made impossible, a filesystem error) fails this model only.
+  try {
+    return LoadModel(dir);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(dir.string(), ": load failed: ", e.what()));
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path& dir) {
@@ -152,7 +162,15 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
         (dir / config.torchscript_file()).string(), ": the decoder has ", model->decoder_positions(),
         " positions but config translation.max_output_tokens is ", config.translation().max_output_tokens()));
   }
-  if (model->exported_logit_shortlist() > 0 && model->logit_shortlist() == 0) {
+  if (translation && model->logit_shortlist() > 0 &&
+      model->logit_shortlist() < 2 * config.translation().max_beam_size()) {
+    // Beams of K/2 or more could take a candidate outside the K exact logits (the contract).
+    LogWarning(absl::StrCat("model ", config.name(), ": translation.max_beam_size ",
+                            config.translation().max_beam_size(), " needs exact_logit_candidates >= ",
+                            2 * config.translation().max_beam_size(), " but the model exports ",
+                            model->logit_shortlist(), "; decoding with the exact float32 projection"));
+    model->UseLogitShortlist(false);
+  } else if (model->exported_logit_shortlist() > 0 && model->logit_shortlist() == 0) {
     LogWarning(absl::StrCat("model ", config.name(), ": its bfloat16 vocabulary shortlist (exact_logit_candidates ",
                             model->exported_logit_shortlist(), ") needs native bfloat16; decoding with the exact "
                             "float32 projection"));

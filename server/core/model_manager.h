@@ -74,6 +74,8 @@ class ModelManager {
 
  private:
   absl::StatusOr<std::unique_ptr<Servable>> LoadModel(const std::filesystem::path& dir);
+  /// LoadModel with any exception it throws turned into an error status.
+  absl::StatusOr<std::unique_ptr<Servable>> LoadModelGuarded(const std::filesystem::path& dir);
 
   ModelManagerOptions options_;
   std::shared_ptr<scheduler::ComputeGate> gate_;

@@ -26,6 +26,12 @@ constexpr int kDefaultMaxInputsPerRequest = 64;
 constexpr int kDefaultMaxBeamSize = 8;
 constexpr int kMaxSequenceLengthLimit = 8192;
 constexpr int kMaxStepsLimit = 1024;
+// Upper bounds that keep one mistyped number from exhausting memory at load: the hashed
+// tokenizer precomputes vocabulary x dim features, and the warm-up builds max_batch_size rows.
+constexpr int kMaxHashDim = 4096;
+constexpr int kMaxBatchSizeLimit = 4096;
+constexpr int kMaxBatchTokensLimit = 1 << 20;
+constexpr int kMaxInputsPerRequestLimit = 65536;
 
 class CollectFirstError : public google::protobuf::io::ErrorCollector {
  public:
@@ -45,7 +51,8 @@ absl::Status FieldError(const fs::path& file, const std::string& field, const st
 absl::Status CheckFileField(const fs::path& config_file, const fs::path& model_dir,
                             const std::string& field, const std::string& value) {
   if (value.empty()) return FieldError(config_file, field, "is required");
-  if (fs::path(value).is_absolute() || value.find("..") != std::string::npos) {
+  const fs::path path(value);
+  if (path.is_absolute() || std::any_of(path.begin(), path.end(), [](const fs::path& part) { return part == ".."; })) {
     return FieldError(config_file, field, absl::StrCat("'", value, "' must be a plain file name inside the model folder"));
   }
   std::error_code ec;
@@ -141,7 +148,10 @@ absl::Status ValidateModelConfig(const ModelConfig& config, const fs::path& mode
     return FieldError(file, "tokenizer.input_kind", "must be TOKEN_IDS or HASHED_NGRAMS");
   }
   if (tokenizer.input_kind() == v1::HASHED_NGRAMS) {
-    if (tokenizer.hash().dim() <= 0) return FieldError(file, "tokenizer.hash.dim", "must be > 0 for HASHED_NGRAMS");
+    if (tokenizer.hash().dim() <= 0 || tokenizer.hash().dim() > kMaxHashDim) {
+      return FieldError(file, "tokenizer.hash.dim",
+                        absl::StrCat("must be in [1, ", kMaxHashDim, "] for HASHED_NGRAMS, got ", tokenizer.hash().dim()));
+    }
     if (tokenizer.hash().ngram_orders().empty()) {
       return FieldError(file, "tokenizer.hash.ngram_orders", "must list at least one n-gram order");
     }
@@ -200,19 +210,23 @@ absl::Status ValidateModelConfig(const ModelConfig& config, const fs::path& mode
         return FieldError(file, "translation.max_output_tokens",
                           absl::StrCat("must be >= 2, got ", config.translation().max_output_tokens()));
       }
-      if (config.translation().expected_output_ratio() <= 0) {
+      if (!(config.translation().expected_output_ratio() > 0 && std::isfinite(config.translation().expected_output_ratio()))) {
         return FieldError(file, "translation.expected_output_ratio",
-                          absl::StrCat("must be > 0, got ", config.translation().expected_output_ratio()));
+                          absl::StrCat("must be a finite number > 0, got ", config.translation().expected_output_ratio()));
       }
       break;
     default:
       break;
   }
   const auto& batching = config.batching();
-  if (batching.max_batch_size() < 1) return FieldError(file, "batching.max_batch_size", absl::StrCat("must be >= 1, got ", batching.max_batch_size()));
-  if (batching.max_batch_tokens() < config.max_sequence_length()) {
+  if (batching.max_batch_size() < 1 || batching.max_batch_size() > kMaxBatchSizeLimit) {
+    return FieldError(file, "batching.max_batch_size",
+                      absl::StrCat("must be in [1, ", kMaxBatchSizeLimit, "], got ", batching.max_batch_size()));
+  }
+  if (batching.max_batch_tokens() < config.max_sequence_length() || batching.max_batch_tokens() > kMaxBatchTokensLimit) {
     return FieldError(file, "batching.max_batch_tokens",
-                      absl::StrCat("must be >= max_sequence_length (", config.max_sequence_length(), ") so one full input fits, got ", batching.max_batch_tokens()));
+                      absl::StrCat("must be in [max_sequence_length (", config.max_sequence_length(), ") so one full input fits, ",
+                                   kMaxBatchTokensLimit, "], got ", batching.max_batch_tokens()));
   }
   if (batching.max_queue_delay_us() < 0) return FieldError(file, "batching.max_queue_delay_us", "must be >= 0");
   if (batching.max_queue_size() < 1) return FieldError(file, "batching.max_queue_size", absl::StrCat("must be >= 1, got ", batching.max_queue_size()));
@@ -225,7 +239,10 @@ absl::Status ValidateModelConfig(const ModelConfig& config, const fs::path& mode
     return FieldError(file, "batching.continuous_batching",
                       "is not supported for TRANSLATION models (a batch's encoder and decoder run as one unit)");
   }
-  if (config.max_inputs_per_request() < 1) return FieldError(file, "max_inputs_per_request", "must be >= 1");
+  if (config.max_inputs_per_request() < 1 || config.max_inputs_per_request() > kMaxInputsPerRequestLimit) {
+    return FieldError(file, "max_inputs_per_request",
+                      absl::StrCat("must be in [1, ", kMaxInputsPerRequestLimit, "], got ", config.max_inputs_per_request()));
+  }
   if (!config.quality_profile_file().empty()) {
     RETURN_IF_ERROR(CheckFileField(file, model_dir, "quality_profile_file", config.quality_profile_file()));
   }
@@ -264,11 +281,15 @@ absl::StatusOr<std::vector<fs::path>> ListModelFolders(const fs::path& root) {
     return absl::NotFoundError(absl::StrCat("model repository '", root.string(), "' is not a directory"));
   }
   std::vector<fs::path> folders;
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
+  // error_code forms throughout: a symlink loop or an unreadable entry must not throw out of
+  // start-up. An entry whose type cannot be read is listed, so that its load fails, loudly.
+  fs::directory_iterator it(root, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    if (it->path().filename().string().rfind('.', 0) == 0) continue;  // hidden
+    std::error_code type_error;
+    const bool directory = it->is_directory(type_error);
     // Every visible folder is a model; one without config.pbtxt fails its own load, loudly.
-    if (entry.is_directory() && entry.path().filename().string().rfind('.', 0) != 0) {
-      folders.push_back(entry.path());
-    }
+    if (directory || type_error) folders.push_back(it->path());
   }
   if (ec) return absl::InternalError(absl::StrCat("listing '", root.string(), "': ", ec.message()));
   std::sort(folders.begin(), folders.end());
@@ -290,8 +311,13 @@ tokenizer::TokenizerOptions TokenizerOptionsFor(const ModelConfig& config) {
 int64_t FolderSizeBytes(const fs::path& dir) {
   int64_t total = 0;
   std::error_code ec;
-  for (const auto& entry : fs::recursive_directory_iterator(dir, ec)) {
-    if (entry.is_regular_file()) total += static_cast<int64_t>(entry.file_size());
+  // A size for the metrics, never a reason to fail a load: what cannot be read is not counted.
+  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec);
+  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code entry_error;
+    if (!it->is_regular_file(entry_error)) continue;
+    const uintmax_t size = it->file_size(entry_error);
+    if (!entry_error) total += static_cast<int64_t>(size);
   }
   return total;
 }

@@ -37,7 +37,7 @@ torch::Tensor SolverStep(Solver solver, const VectorField& field, const torch::T
 torch::Tensor Integrate(Solver solver, const VectorField& field, torch::Tensor h, double horizon,
                         int steps) {
   const torch::Tensor dt =
-      torch::full({h.size(0)}, horizon / steps, torch::TensorOptions().dtype(torch::kFloat64));
+      torch::full({h.size(0)}, horizon / steps, torch::TensorOptions().dtype(torch::kFloat64).device(h.device()));
   for (int i = 0; i < steps; ++i) h = SolverStep(solver, field, h, dt);
   return h;
 }

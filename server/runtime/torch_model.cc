@@ -71,7 +71,7 @@ absl::StatusOr<torch::Device> ParseDevice(const std::string& spec) {
   if (spec == "cpu") return torch::Device(torch::kCPU);
   if (spec == "cuda" || absl::StartsWith(spec, "cuda:")) {
     int index = 0;
-    if (spec.size() > 5 && !absl::SimpleAtoi(spec.substr(5), &index)) {
+    if (spec != "cuda" && !absl::SimpleAtoi(spec.substr(5), &index)) {  // "cuda:" too
       return absl::InvalidArgumentError(absl::StrCat("--device '", spec, "': bad CUDA index"));
     }
     if (!torch::cuda::is_available()) {

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <filesystem>
 #include <future>
+#include <random>
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -954,6 +955,38 @@ TEST(ServerLifecycle, AMissingDeviceStopsTheServerAtStartup) {
   EXPECT_FALSE(server.ok());
   EXPECT_EQ(server.startup_exit_code(), 1) << server.log();
   EXPECT_THAT(server.log(), AllOf(HasSubstr("cannot load the model repository"), HasSubstr("--device 'cuda:99'")));
+  std::error_code ec;
+  fs::remove_all(repo, ec);
+}
+
+// The bundled translator ranks the vocabulary with a bfloat16 copy and recomputes its K = 16 best
+// logits exactly, which covers every candidate of beams up to K / 2 = 8 (docs/MODEL_CONTRACT.md).
+// A config with a wider beam turns the shortlist off at load, says so, and still translates.
+TEST(ServerLifecycle, ABeamTooWideForTheLogitShortlistTurnsItOff) {
+  std::random_device random;
+  const fs::path repo = fs::temp_directory_path() / ("odeserve-wide-beam-" + std::to_string(random()));
+  fs::create_directories(repo / "translate-en-de");
+  fs::copy(ODESERVE_BUNDLED_TRANSLATOR, repo / "translate-en-de", fs::copy_options::recursive);
+  testing::EditConfig(repo / "translate-en-de", "max_beam_size: 8", "max_beam_size: 9");
+  {
+    testing::ServerProcess server(ODESERVE_BINARY, repo);
+    ASSERT_TRUE(server.ok()) << server.log();
+    if (server.log().find("needs native bfloat16") != std::string::npos) {
+      GTEST_SKIP() << "no native bfloat16 here: the shortlist is off whatever the beam";
+    }
+    EXPECT_THAT(server.log(), HasSubstr("translation.max_beam_size 9 needs exact_logit_candidates >= 18 "
+                                        "but the model exports 16; decoding with the exact float32 projection"));
+    v1::TranslateRequest request;
+    request.set_model("translate-en-de");
+    request.add_inputs("library for reading and writing compressed archives");
+    request.set_beam_size(9);
+    grpc::ClientContext context;
+    v1::TranslateResponse response;
+    const auto status = server.stub()->Translate(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_EQ(response.translations_size(), 1);
+    EXPECT_FALSE(response.translations(0).empty());
+  }
   std::error_code ec;
   fs::remove_all(repo, ec);
 }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -229,6 +230,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfigCase{"HashedDimZero", "tiny-eelbert",
                       [](Config& c, Dir) { c.mutable_tokenizer()->mutable_hash()->set_dim(0); },
                       "tokenizer.hash.dim", "HASHED_NGRAMS"},
+        // The tokenizer precomputes vocabulary x dim features at load: a typo must not abort it.
+        BadConfigCase{"HashedDimHuge", "tiny-eelbert",
+                      [](Config& c, Dir) { c.mutable_tokenizer()->mutable_hash()->set_dim(1000000000); },
+                      "tokenizer.hash.dim", "must be in [1, 4096] for HASHED_NGRAMS, got 1000000000"},
         BadConfigCase{"HashedNoOrders", "tiny-eelbert",
                       [](Config& c, Dir) { c.mutable_tokenizer()->mutable_hash()->clear_ngram_orders(); },
                       "tokenizer.hash.ngram_orders", ""},
@@ -275,6 +280,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfigCase{"MaxBatchSizeNegative", "tiny-albert",
                       [](Config& c, Dir) { c.mutable_batching()->set_max_batch_size(-1); },
                       "batching.max_batch_size", "got -1"},
+        BadConfigCase{"MaxBatchSizeHuge", "tiny-albert",
+                      [](Config& c, Dir) { c.mutable_batching()->set_max_batch_size(1000000); },
+                      "batching.max_batch_size", "must be in [1, 4096], got 1000000"},
+        BadConfigCase{"MaxBatchTokensHuge", "tiny-albert",
+                      [](Config& c, Dir) { c.mutable_batching()->set_max_batch_tokens(2000000000); },
+                      "batching.max_batch_tokens", "got 2000000000"},
         BadConfigCase{"MaxQueueSizeNegative", "tiny-albert",
                       [](Config& c, Dir) { c.mutable_batching()->set_max_queue_size(-3); },
                       "batching.max_queue_size", "got -3"},
@@ -289,6 +300,9 @@ INSTANTIATE_TEST_SUITE_P(
                       "batching.max_queue_delay_us", ""},
         BadConfigCase{"MaxInputsPerRequestNegative", "tiny-albert",
                       [](Config& c, Dir) { c.set_max_inputs_per_request(-1); }, "max_inputs_per_request", ""},
+        BadConfigCase{"MaxInputsPerRequestHuge", "tiny-albert",
+                      [](Config& c, Dir) { c.set_max_inputs_per_request(100000000); }, "max_inputs_per_request",
+                      "must be in [1, 65536], got 100000000"},
         BadConfigCase{"ContinuousBatchingOnATranslator", "tiny-translator",
                       [](Config& c, Dir) { c.mutable_batching()->set_continuous_batching(true); },
                       "batching.continuous_batching", "not supported for TRANSLATION models"},
@@ -313,6 +327,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfigCase{"OutputRatioNegative", "tiny-translator",
                       [](Config& c, Dir) { c.mutable_translation()->set_expected_output_ratio(-1); },
                       "translation.expected_output_ratio", "> 0"},
+        // NaN passes a plain "<= 0" test and then turns into an undefined int cast.
+        BadConfigCase{"OutputRatioNotANumber", "tiny-translator",
+                      [](Config& c, Dir) { c.mutable_translation()->set_expected_output_ratio(std::nan("")); },
+                      "translation.expected_output_ratio", "must be a finite number > 0, got nan"},
+        BadConfigCase{"OutputRatioInfinite", "tiny-translator",
+                      [](Config& c, Dir) {
+                        c.mutable_translation()->set_expected_output_ratio(std::numeric_limits<float>::infinity());
+                      },
+                      "translation.expected_output_ratio", "got inf"},
+        BadConfigCase{"TorchscriptFileInAParentFolder", "tiny-albert",
+                      [](Config& c, Dir) { c.set_torchscript_file("sub/../../tiny-sharebert/model.pt"); },
+                      "torchscript_file", "must be a plain file name"},
         BadConfigCase{"QualityFileMissing", "tiny-albert",
                       [](Config&, Dir d) { fs::remove(d / "quality.pbtxt"); }, "quality_profile_file",
                       "quality.pbtxt' does not exist"},
@@ -399,6 +425,22 @@ TEST(ListModelFolders, ListsVisibleFoldersSorted) {
   fs::remove_all(root);
 }
 
+// A symlink loop in the repository used to throw std::filesystem_error out of start-up (the
+// range-for's throwing is_directory). It is listed, so that its load fails with the reason.
+TEST(ListModelFolders, ASymlinkLoopIsListedNotThrown) {
+  const fs::path root = fs::temp_directory_path() / ("odeserve-loop-test-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "good");
+  fs::create_symlink(root / "loop-b", root / "loop-a");
+  fs::create_symlink(root / "loop-a", root / "loop-b");
+  auto folders = ListModelFolders(root);
+  ASSERT_TRUE(folders.ok()) << folders.status();
+  EXPECT_EQ(*folders, (std::vector<fs::path>{root / "good", root / "loop-a", root / "loop-b"}));
+  auto config = LoadModelConfig(root / "loop-a");
+  EXPECT_FALSE(config.ok());
+  fs::remove_all(root);
+}
+
 TEST(ListModelFolders, TestRepositoryHoldsTheFiveTinyModels) {
   auto folders = ListModelFolders(kRepository);
   ASSERT_TRUE(folders.ok()) << folders.status();
@@ -428,7 +470,21 @@ TEST(FolderSizeBytes, SumsRegularFiles) {
   WriteFile(root / "a", std::string(100, 'x'));
   WriteFile(root / "sub" / "b", std::string(23, 'y'));
   EXPECT_EQ(FolderSizeBytes(root), 123);
+  // What cannot be read is not counted, and never throws (it used to, out of the model's load).
+  fs::create_symlink(root / "loop-b", root / "sub" / "loop-a");
+  fs::create_symlink(root / "sub" / "loop-a", root / "loop-b");
+  EXPECT_EQ(FolderSizeBytes(root), 123);
   fs::remove_all(root);
+}
+
+TEST(CheckFileFields, ANameWithTwoDotsIsAPlainName) {
+  ModelCopy copy("tiny-albert");
+  fs::rename(copy.dir() / "model.pt", copy.dir() / "model..v2.pt");
+  v1::ModelConfig config = copy.ReadRaw();
+  config.set_torchscript_file("model..v2.pt");
+  copy.Write(config);
+  auto loaded = LoadModelConfig(copy.dir());
+  EXPECT_TRUE(loaded.ok()) << loaded.status();
 }
 
 }  // namespace

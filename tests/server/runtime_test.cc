@@ -1132,6 +1132,7 @@ TEST(ParseDevice, CpuCudaAndNonsense) {
   EXPECT_EQ(ParseDevice("CPU ").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseDevice("cudax").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseDevice("cuda:x").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseDevice("cuda:").status().code(), absl::StatusCode::kInvalidArgument);  // no index
 
   if (torch::cuda::is_available()) GTEST_SKIP() << "this LibTorch build sees a CUDA device";
   for (const char* spec : {"cuda", "cuda:0", "cuda:3"}) {
