@@ -175,6 +175,7 @@ std::vector<std::string> BuiltinInputs() {
 }
 
 int RunBench(BenchOptions options, std::ostream& out, std::ostream& err) {
+  err << PlaintextTokenWarning(options.load.connection);
   const absl::Status s = Run(options, out, err);
   if (s.ok()) return 0;
   err << "error: " << StatusCodeName(static_cast<int>(s.code())) << ": " << s.message() << "\n";

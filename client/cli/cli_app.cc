@@ -428,6 +428,7 @@ int RunCli(const CliOptions& options, const std::vector<std::string>& args, std:
   }
   auto channel = MakeChannel(options.connection);
   if (!channel.ok()) return Fail(env, channel.status());
+  err << PlaintextTokenWarning(options.connection);
   if (cmd == "health") return Health(env, **channel, operands);
   env.stub = v1::Inference::NewStub(*channel);
   env.channel = channel->get();

@@ -44,6 +44,16 @@ absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::stri
 
 }  // namespace
 
+bool UsesTls(const ConnectionOptions& options) {
+  return options.tls || !options.tls_ca.empty() || !options.tls_cert.empty();
+}
+
+std::string PlaintextTokenWarning(const ConnectionOptions& options) {
+  if (options.token.empty() || UsesTls(options)) return "";
+  return absl::StrCat("warning: the bearer token goes to ", options.address,
+                      " in clear text (no --tls); anyone on the path can read it\n");
+}
+
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ConnectionOptions& options,
                                                            int index) {
   if (options.address.empty()) return absl::InvalidArgumentError("--address is empty");
@@ -59,8 +69,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ConnectionOptio
     args.SetInt("odeserve.channel_index", index);
   }
   std::shared_ptr<grpc::ChannelCredentials> creds;
-  const bool tls = options.tls || !options.tls_ca.empty() || !options.tls_cert.empty();
-  if (tls) {
+  if (UsesTls(options)) {
     grpc::SslCredentialsOptions ssl;
     if (!options.tls_ca.empty()) {
       OC_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPemFile("--tls_ca", options.tls_ca));

@@ -26,6 +26,11 @@ struct ConnectionOptions {
   std::string token;        // sent as "authorization: Bearer <token>" on every call
 };
 
+/// Whether MakeChannel makes a TLS channel (--tls, or any of the TLS files given).
+bool UsesTls(const ConnectionOptions& options);
+/// A warning when a bearer token would travel over a plaintext channel; "" otherwise.
+std::string PlaintextTokenWarning(const ConnectionOptions& options);
+
 /// Reads a whole file; NOT_FOUND / PERMISSION_DENIED style errors name the path.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 

@@ -164,7 +164,7 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
   }
   if (translation && model->logit_shortlist() > 0 &&
       model->logit_shortlist() < 2 * config.translation().max_beam_size()) {
-    // Beams of K/2 or more could take a candidate outside the K exact logits (the contract).
+    // A beam wider than K/2 can take a candidate outside the K exact logits (the contract).
     LogWarning(absl::StrCat("model ", config.name(), ": translation.max_beam_size ",
                             config.translation().max_beam_size(), " needs exact_logit_candidates >= ",
                             2 * config.translation().max_beam_size(), " but the model exports ",

@@ -160,6 +160,9 @@ TEST_F(CliTest, SendsBearerToken) {
   options_.connection.token = "s3cret";
   ASSERT_EQ(Run({"models"}), 0) << err();
   EXPECT_EQ(server_.service().last_authorization(), "Bearer s3cret");
+  // Over plaintext the token still goes (a sidecar may terminate TLS), but the user is told.
+  EXPECT_NE(err().find("warning: the bearer token goes to " + options_.connection.address + " in clear text"),
+            std::string::npos) << err();
 }
 
 TEST_F(CliTest, DeadlineExceeded) {
@@ -264,6 +267,7 @@ TEST_F(CliTlsTest, MutualTls) {
   o.connection.token = "tok";
   EXPECT_EQ(Run(o, {"models"}), 0) << err_.str();
   EXPECT_EQ(server->service().last_authorization(), "Bearer tok");
+  EXPECT_EQ(err_.str().find("clear text"), std::string::npos) << "no warning over TLS";
 }
 
 }  // namespace
