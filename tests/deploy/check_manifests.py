@@ -156,7 +156,7 @@ def check_deployment(d: dict, w: str, configmaps: dict, complete: bool) -> None:
     c = next((c for c in containers if c.get("name") == "odeserve"), containers[0])
     ok(bool(c.get("image")), w, "container has no image")
     ok(any(p.get("containerPort") == GRPC_PORT for p in c.get("ports", [])), w, "no containerPort 8500")
-    want = {"startupProbe": "", "livenessProbe": "", "readinessProbe": INFERENCE}
+    want = {"startupProbe": INFERENCE, "livenessProbe": "", "readinessProbe": INFERENCE}
     for probe, service in want.items():
         p = c.get(probe)
         if not ok(isinstance(p, dict) and isinstance(p.get("grpc"), dict), w, f"{probe} is not a grpc: probe"):
