@@ -5,10 +5,11 @@ Every YAML/JSON file parses; every Kubernetes object has what the API server req
 (apiVersion, kind, DNS-1123 metadata.name) and what odeserve needs (selectors that match the
 pod template, gRPC probes on port 8500 with the right health service, a grace period longer than
 preStop + drain, ports that exist, an HPA on CPU + odeserve_queue_depth, ...). The kustomizations
-are rendered with `kubectl kustomize` when kubectl is installed and the rendered objects are
-checked too; the Compose file's build and mount paths must exist.
+are rendered with `kubectl kustomize` and the rendered objects checked by `--render` (its own
+test, which reports SKIP, exit 77, where kubectl is not installed, instead of passing unseen);
+the Compose file's build and mount paths must exist.
 
-  check_manifests.py REPO_ROOT
+  check_manifests.py REPO_ROOT [--render]
 """
 from __future__ import annotations
 
@@ -206,8 +207,51 @@ def load_yaml_docs(path: pathlib.Path) -> list:
     return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
 
 
+SKIP = 77
+
+
+def report() -> int:
+    print(f"{checked} checks, {len(errors)} failed")
+    for e in errors:
+        print("FAIL", e)
+    return 1 if errors else 0
+
+
+def render_checks(root: pathlib.Path) -> int:
+    """The rendered kustomizations (what `kubectl apply -k` sends)."""
+    kubectl = shutil.which("kubectl")
+    if not kubectl:
+        print("SKIP: kubectl is not installed, so the kustomizations were not rendered "
+              "(the raw manifests are checked by deploy_manifests)")
+        return SKIP
+    for target in ("deploy/base", "deploy", "deploy/overlays/gpu"):
+        r = subprocess.run([kubectl, "kustomize", str(root / target)], capture_output=True, text=True)
+        if not ok(r.returncode == 0, target, f"kubectl kustomize failed: {r.stderr.strip()}"):
+            continue
+        objs = [o for o in yaml.safe_load_all(r.stdout) if o]
+        print(f"kubectl kustomize {target}: {len(objs)} objects "
+              f"({', '.join(sorted({o['kind'] for o in objs}))})")
+        check_objects(objs, f"{target} (rendered)", complete=True)
+        if target == "deploy/overlays/gpu":
+            dep = next(o for o in objs if o["kind"] == "Deployment")
+            c = dep["spec"]["template"]["spec"]["containers"][0]
+            ok(c["image"].endswith("cuda"), target, f"image {c['image']} is not a CUDA image")
+            ok(c["resources"]["limits"].get("nvidia.com/gpu") == "1", target, "no nvidia.com/gpu limit")
+            cm = next(o for o in objs if o["kind"] == "ConfigMap")
+            ok(cm["data"]["ODESERVE_DEVICE"].startswith("cuda"), target, "device is not cuda")
+        if target == "deploy":
+            cms = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ConfigMap"}
+            dash = cms.get("odeserve-grafana-dashboard")
+            ok(dash is not None and json.loads(dash["data"]["odeserve.json"])["uid"] == "odeserve",
+               target, "Grafana dashboard ConfigMap missing or wrong")
+    return report()
+
+
 def main() -> int:
-    root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
+    args = [a for a in sys.argv[1:] if a != "--render"]
+    root = pathlib.Path(args[0] if args else ".").resolve()
+    if "--render" in sys.argv[1:]:
+        return render_checks(root)
     deploy = root / "deploy"
 
     # 1. every file parses
@@ -236,32 +280,7 @@ def main() -> int:
                 raw += load_yaml_docs(p)
     check_objects(raw, "deploy/{base,monitoring} (raw)", complete=False)
 
-    # 3. rendered kustomizations (what `kubectl apply -k` sends)
-    kubectl = shutil.which("kubectl")
-    if kubectl:
-        for target in ("deploy/base", "deploy", "deploy/overlays/gpu"):
-            r = subprocess.run([kubectl, "kustomize", str(root / target)], capture_output=True, text=True)
-            if not ok(r.returncode == 0, target, f"kubectl kustomize failed: {r.stderr.strip()}"):
-                continue
-            objs = [o for o in yaml.safe_load_all(r.stdout) if o]
-            print(f"kubectl kustomize {target}: {len(objs)} objects "
-                  f"({', '.join(sorted({o['kind'] for o in objs}))})")
-            check_objects(objs, f"{target} (rendered)", complete=True)
-            if target == "deploy/overlays/gpu":
-                dep = next(o for o in objs if o["kind"] == "Deployment")
-                c = dep["spec"]["template"]["spec"]["containers"][0]
-                ok(c["image"].endswith("cuda"), target, f"image {c['image']} is not a CUDA image")
-                ok(c["resources"]["limits"].get("nvidia.com/gpu") == "1", target, "no nvidia.com/gpu limit")
-                cm = next(o for o in objs if o["kind"] == "ConfigMap")
-                ok(cm["data"]["ODESERVE_DEVICE"].startswith("cuda"), target, "device is not cuda")
-            if target == "deploy":
-                cms = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ConfigMap"}
-                dash = cms.get("odeserve-grafana-dashboard")
-                ok(dash is not None and json.loads(dash["data"]["odeserve.json"])["uid"] == "odeserve",
-                   target, "Grafana dashboard ConfigMap missing or wrong")
-    else:
-        print("SKIP rendering: kubectl not installed (raw manifests were checked)")
-
+    # 3. the rendered kustomizations: check_manifests.py --render, its own test
     # 4. prometheus-adapter: config.yaml and Helm values carry the same rule
     adapter = yaml.safe_load((deploy / "prometheus-adapter" / "config.yaml").read_text())
     values = yaml.safe_load((deploy / "prometheus-adapter" / "values.yaml").read_text())
@@ -302,10 +321,7 @@ def main() -> int:
             ok(all(t.get("expr") for t in p.get("targets", [])) and p.get("targets"),
                "grafana/odeserve.json", f"panel {p['title']!r} has a target without expr")
 
-    print(f"{checked} checks, {len(errors)} failed")
-    for e in errors:
-        print("FAIL", e)
-    return 1 if errors else 0
+    return report()
 
 
 if __name__ == "__main__":
