@@ -23,11 +23,12 @@ compile_pkgs=(
   libopenblas0-pthread libopenblas-dev python3
 )
 # Tests, training and tooling on top of compile_pkgs.
+#   python3-scipy: the evaluation baselines (models/odeserve_models/baselines.py) and their tests;
 #   python3-yaml: tests/deploy manifest checks; prometheus: promtool + the real Prometheus of
 #   tests/interop; nodejs (+ npm, see below): the independent Node gRPC client of tests/interop;
 #   openssl: the test certificates of tests/interop's mutual-TLS checks.
 dev_pkgs=(
-  python3-torch python3-sentencepiece python3-numpy python3-grpcio python3-protobuf
+  python3-torch python3-sentencepiece python3-numpy python3-scipy python3-grpcio python3-protobuf
   prometheus curl procps python3-yaml nodejs openssl
 )
 image_tool_pkgs=(podman debootstrap uidmap fuse-overlayfs)

@@ -3,7 +3,7 @@ scipy.sparse for the sparse products), TF-IDF character n-gram cosine retrieval.
 import math
 import re
 from collections import Counter
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -120,13 +120,22 @@ def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, n_classes: int) -> float:
 
 
 def recall_at_k(sim: np.ndarray, ks=(1, 10)) -> Dict[int, float]:
-    """sim[i, j]: query i vs candidate j; the right candidate of query i is j = i."""
+    """sim[i, j]: query i vs candidate j; the right candidate of query i is j = i. Candidates tied
+    with the right one are broken at random, in expectation: with g strictly better and t tied,
+    the right one lands in the top k with probability clip((k - g) / (t + 1), 0, 1). (Counting
+    ties as hits would give a collapsed model, all similarities equal, recall 1.)"""
     diag = np.diag(sim)[:, None]
-    rank = (sim > diag).sum(1)  # candidates strictly better than the right one
-    return {k: float((rank < k).mean()) for k in ks}
+    better = (sim > diag).sum(1)
+    tied = (sim == diag).sum(1) - 1  # the right candidate is tied with itself
+    return {k: float(np.clip((k - better) / (tied + 1), 0, 1).mean()) for k in ks}
 
 
-def char_tfidf_retrieval(queries: Sequence[str], cands: Sequence[str]) -> Dict[int, float]:
-    vec = Tfidf(char_features, min_df=2, max_features=200000).fit(list(queries) + list(cands))
+def char_tfidf_retrieval(queries: Sequence[str], cands: Sequence[str],
+                         fit_texts: Optional[Sequence[str]] = None) -> Dict[int, float]:
+    """TF-IDF char 2-4-gram cosine retrieval. The vocabulary and IDF come from `fit_texts`
+    (training pairs, both languages); fitting them on the test queries and candidates themselves
+    would keep exactly the rare n-grams a query shares with its own translation."""
+    vec = Tfidf(char_features, min_df=2, max_features=200000).fit(
+        list(fit_texts) if fit_texts is not None else list(queries) + list(cands))
     Q = vec.transform(queries); C = vec.transform(cands)
     return recall_at_k((Q @ C.T).toarray())
