@@ -35,7 +35,7 @@ def softmax(z: np.ndarray) -> np.ndarray:
 
 
 def main():
-    # Here, not at the top: the tests import fold_of without scipy (not installed for CI)
+    # Here, not at the top: importing fold_of (the tests) needs neither scipy nor the baselines
     from odeserve_models.baselines import fit_tfidf_lr, predict
     ap = argparse.ArgumentParser()
     ap.add_argument("--folds", type=int, default=5)
