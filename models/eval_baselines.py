@@ -38,6 +38,9 @@ def main():
                     help="also train and test TF-IDF + LR on each text's first N pieces (a model's window "
                          "without bos/eos), for each N of this comma list")
     ap.add_argument("--tokenizer", default=os.path.join(HERE, "repository", "classify-sections", "tokenizer.model"))
+    ap.add_argument("--retrieval-only", action="store_true",
+                    help="only the retrieval baselines (seconds, not minutes), to --out")
+    ap.add_argument("--out", default=os.path.join(HERE, "work", "eval", "baselines.json"))
     a = ap.parse_args()
     t0 = time.time()
     sets = eval_sets()
@@ -47,11 +50,11 @@ def main():
     ytr = np.array([lid[r["label"]] for r in train]); yva = np.array([lid[r["label"]] for r in valid])
     res = {"labels": labels}
     maj = Counter(ytr.tolist()).most_common(1)[0][0]
-    views = [("tfidf_lr", lambda text: text)] + [
+    views = [] if a.retrieval_only else [("tfidf_lr", lambda text: text)] + [
         ("tfidf_lr_first%d" % n, first_pieces(a.tokenizer, n)) for n in map(int, filter(None, a.truncate_pieces.split(",")))]
     classifiers = [(key, tfidf_classifier(train, valid, ytr, yva, len(labels), view)) for key, view in views]
     print("classifiers trained in %.0fs" % (time.time() - t0), flush=True)
-    for name, (texts, y) in sets["classification"].items():
+    for name, (texts, y) in ({} if a.retrieval_only else sets["classification"]).items():
         y = np.array([lid[l] for l in y])
         for key, classify in classifiers:
             p = classify(texts)
@@ -71,8 +74,8 @@ def main():
         res["tfidf_char_fit_on_test/" + name] = {"recall@1": r[1], "recall@10": r[10], "n": len(q)}
         print(name, res["tfidf_char/" + name], "fitted on the test texts:", res["tfidf_char_fit_on_test/" + name],
               flush=True)
-    os.makedirs(os.path.join(HERE, "work", "eval"), exist_ok=True)
-    json.dump(res, open(os.path.join(HERE, "work", "eval", "baselines.json"), "w"), indent=1)
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    json.dump(res, open(a.out, "w"), indent=1)
     print("done in %.0fs" % (time.time() - t0))
 
 
