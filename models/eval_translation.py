@@ -52,6 +52,13 @@ def score(hyps, refs):
                 length_ratio=round(bleu.sys_len / max(1, bleu.ref_len), 3))
 
 
+def write_report(path, report):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=1, ensure_ascii=False)
+    print("wrote", path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--address", default="")
@@ -114,10 +121,7 @@ def main():
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(quality_text("bleu", points))
                 print("wrote", path, flush=True)
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w", encoding="utf-8") as f:
-        json.dump(out, f, indent=1, ensure_ascii=False)
-    print("wrote", a.out)
+    write_report(a.out, out)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ the seen ones.
       --model_repository models/repository --model translate-en-de
 """
 import argparse
-import json
 import os
 import re
 import sys
@@ -21,7 +20,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from eval_translation import pairs_of, score, translate_all  # noqa: E402
+from eval_translation import pairs_of, score, translate_all, write_report  # noqa: E402
 from odeserve_models.data import translation_pairs  # noqa: E402
 from odeserve_models.served import Served  # noqa: E402
 
@@ -64,10 +63,7 @@ def main():
                         row[part] = dict(n=len(idx), **score([hyps[i] for i in idx], [refs[i] for i in idx]))
                     out["results"].append(row)
                     print(row, flush=True)
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w", encoding="utf-8") as f:
-        json.dump(out, f, indent=1, ensure_ascii=False)
-    print("wrote", a.out)
+    write_report(a.out, out)
 
 
 if __name__ == "__main__":
