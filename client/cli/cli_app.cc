@@ -36,9 +36,9 @@ struct Env {
   grpc::Channel* channel = nullptr;
 };
 
-std::string ToJson(const Message& m) {
+std::string ToJson(const Message& m, bool pretty = true) {
   google::protobuf::util::JsonPrintOptions o;
-  o.add_whitespace = true;
+  o.add_whitespace = pretty;
   o.always_print_primitive_fields = true;
   o.preserve_proto_field_names = true;
   std::string s;
@@ -209,7 +209,8 @@ absl::Status Classify(Env& env, const std::vector<std::string>& operands) {
 }
 
 // Prints every message as it arrives: "[i] ..." lines for text so far, "[i] = ..." for final
-// ones (or one JSON object per message with --json).
+// ones; with --json, JSON Lines (one compact object per message and line), which line-oriented
+// readers can parse as the messages come.
 absl::Status TranslateStreamed(Env& env, const v1::TranslateRequest& req) {
   auto ctx = NewContext(env.opt);
   const auto t0 = std::chrono::steady_clock::now();
@@ -218,7 +219,7 @@ absl::Status TranslateStreamed(Env& env, const v1::TranslateRequest& req) {
   v1::ComputeReport report;
   while (reader->Read(&message)) {
     if (env.opt.json) {
-      env.out << ToJson(message);
+      env.out << ToJson(message, /*pretty=*/false) << "\n" << std::flush;
     } else {
       env.out << absl::StrFormat("[%d] %s %s", message.index(), message.final() ? "=" : "...", message.text());
       if (message.final()) env.out << absl::StrFormat("  (score %.3f)", message.score());
@@ -401,7 +402,8 @@ commands:
 
 inputs: positional TEXT arguments, --input_file FILE (one per line), '-' reads stdin.
 compute: --steps N | --budget 20ms [--min_steps N] [--on_miss floor|refuse], --solver euler|heun|rk4
-output: human-readable; --json prints the response as JSON (proto field names).
+output: human-readable; --json prints the response as JSON (proto field names; with --stream,
+        one JSON object per message and line).
 exit codes: 0 ok, 1 call failed, 2 usage error or INVALID_ARGUMENT, 3 health not SERVING.
 Run with --help for every flag.
 )";

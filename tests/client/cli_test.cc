@@ -1,6 +1,7 @@
 // odeserve-cli against the in-process fake server.
 #include "client/cli/cli_app.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -93,6 +94,23 @@ TEST_F(CliTest, TranslateStreamPrintsTextAsItArrives) {
       << out();
   options_.model = "emb";
   EXPECT_EQ(Run({"translate", "x"}), 1) << "the stream's error reaches the exit code";
+}
+
+TEST_F(CliTest, TranslateStreamJsonIsOneObjectPerLine) {
+  options_.model = "mt";
+  options_.stream = true;
+  options_.json = true;
+  ASSERT_EQ(Run({"translate", "ein", "zwei"}), 0) << err();
+  const std::string lines = out();
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 6) << lines;
+  if (!testing::HavePython()) GTEST_SKIP();
+  // Each line on its own is a document (JSON Lines); the last two are the final translations.
+  EXPECT_TRUE(testing::PythonAccepts(
+      out(), ".jsonl",
+      "import json, sys; m = [json.loads(l) for l in open(sys.argv[1]).read().splitlines()]; "
+      "sys.exit(0 if len(m) == 6 and [x[\"final\"] for x in m] == [False] * 4 + [True] * 2 "
+      "and m[5][\"text\"] == \"de: zwei\" and m[5][\"index\"] == 1 else 1)"))
+      << out();
 }
 
 TEST_F(CliTest, ServerInvalidArgumentExitsTwo) {
