@@ -7,10 +7,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/lib/utf8.h"
 
 namespace odeserve::client {
 
-std::string JsonQuote(absl::string_view s) {
+std::string JsonQuote(absl::string_view raw) {
+  // RFC 8259 text is UTF-8: Python's json, jq and browsers reject a document with a stray byte.
+  const std::string s = ToValidUtf8(raw);
   std::string out;
   out.reserve(s.size() + 2);
   out.push_back('"');

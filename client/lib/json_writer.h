@@ -10,7 +10,8 @@
 
 namespace odeserve::client {
 
-/// `s` as a quoted JSON string (UTF-8 passed through; control characters escaped).
+/// `s` as a quoted JSON string (valid UTF-8 passed through, ill-formed bytes as U+FFFD; control
+/// characters escaped).
 std::string JsonQuote(absl::string_view s);
 /// Shortest decimal text that reads back as the same double; "null" for NaN / infinity.
 std::string JsonNumber(double v);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/lib/utf8.h"
 
 namespace odeserve::client {
 namespace {
@@ -177,7 +178,9 @@ void BarPanel(std::string* out, const ChartSpec& spec, const Rect& r) {
 
 }  // namespace
 
-std::string XmlEscape(absl::string_view s) {
+std::string XmlEscape(absl::string_view raw) {
+  // An XML parser rejects the whole document at one ill-formed UTF-8 byte.
+  const std::string s = ToValidUtf8(raw);
   std::string out;
   out.reserve(s.size());
   for (char c : s) {

@@ -59,5 +59,14 @@ TEST(JsonWriterTest, PythonParsesItBack) {
       w.str(), "d[\"text\"] == \"tab\\there \\u00e9 \\\"q\\\"\" and d[\"v\"] == 1.5 and len(d[\"a\"]) == 3"));
 }
 
+TEST(JsonWriterTest, IllFormedUtf8BecomesReplacementCharacters) {
+  EXPECT_EQ(JsonQuote("caf\xC3\xA9 \xFF"), "\"caf\xC3\xA9 \xEF\xBF\xBD\"");
+  if (!testing::HavePython()) GTEST_SKIP() << "python3 not available";
+  JsonWriter w;
+  w.BeginObject().Field("error", "cannot open /tmp/\xE9t\xE9.txt").EndObject();  // Latin-1 name
+  EXPECT_TRUE(testing::IsValidJson(w.str(), "d[\"error\"] == \"cannot open /tmp/\\ufffdt\\ufffd.txt\""))
+      << w.str();
+}
+
 }  // namespace
 }  // namespace odeserve::client

@@ -24,6 +24,7 @@ ChartSpec Spec() {
 
 TEST(SvgChartTest, EscapesText) {
   EXPECT_EQ(XmlEscape("a<b>&\"c'\x01"), "a&lt;b&gt;&amp;&quot;c&apos; ");
+  EXPECT_EQ(XmlEscape("\xE9t\xC3\xA9"), "\xEF\xBF\xBDt\xC3\xA9") << "ill-formed UTF-8 as U+FFFD";
   const std::string svg = RenderChartSvg(Spec());
   EXPECT_NE(svg.find("bench &lt;embed&gt; &amp; &quot;friends&quot;"), std::string::npos);
   EXPECT_EQ(svg.find("<embed>"), std::string::npos);
