@@ -248,7 +248,7 @@ std::string SummaryToJson(const BenchSummary& s) {
   w.Field("min_steps", i.min_steps);
   w.Field("set_deadline", i.set_deadline);
   w.Field("charge_send_lag", i.charge_send_lag);
-  w.Field("seed", static_cast<int64_t>(i.seed));
+  w.Field("seed", i.seed);
   w.Field("distinct_inputs", i.distinct_inputs);
   w.EndObject();
   w.Field("elapsed_s", s.totals.window_s);

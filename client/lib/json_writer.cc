@@ -131,6 +131,12 @@ JsonWriter& JsonWriter::Int(int64_t value) {
   return *this;
 }
 
+JsonWriter& JsonWriter::Uint(uint64_t value) {
+  BeforeValue();
+  absl::StrAppend(&out_, value);
+  return *this;
+}
+
 JsonWriter& JsonWriter::Bool(bool value) {
   BeforeValue();
   out_ += value ? "true" : "false";

@@ -29,6 +29,7 @@ class JsonWriter {
   JsonWriter& String(absl::string_view value);
   JsonWriter& Number(double value);
   JsonWriter& Int(int64_t value);
+  JsonWriter& Uint(uint64_t value);  // the whole unsigned range (seeds), never a negative number
   JsonWriter& Bool(bool value);
   JsonWriter& Null();
   /// Inserts an already serialized JSON value (e.g. another writer's document) verbatim.
@@ -39,6 +40,7 @@ class JsonWriter {
   JsonWriter& Field(absl::string_view key, const char* value) { return Key(key).String(value); }
   JsonWriter& Field(absl::string_view key, double value) { return Key(key).Number(value); }
   JsonWriter& Field(absl::string_view key, int64_t value) { return Key(key).Int(value); }
+  JsonWriter& Field(absl::string_view key, uint64_t value) { return Key(key).Uint(value); }
   JsonWriter& Field(absl::string_view key, int value) { return Key(key).Int(value); }
   JsonWriter& Field(absl::string_view key, bool value) { return Key(key).Bool(value); }
 

@@ -31,6 +31,12 @@ TEST(JsonWriterTest, PrettyDocumentExact) {
   EXPECT_EQ(w.str(), "{\n  \"a\": 1,\n  \"b\": [\n    1,\n    2\n  ]\n}");
 }
 
+TEST(JsonWriterTest, UnsignedIntegersKeepTheirWholeRange) {
+  JsonWriter w(0);
+  w.BeginObject().Field("seed", uint64_t{18446744073709551615u}).Field("one", uint64_t{1}).EndObject();
+  EXPECT_EQ(w.str(), R"({"seed":18446744073709551615,"one":1})");
+}
+
 TEST(JsonWriterTest, NumbersRoundTripShortest) {
   EXPECT_EQ(JsonNumber(0.1), "0.1");
   EXPECT_EQ(JsonNumber(1e-7), "1e-07");
