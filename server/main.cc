@@ -28,8 +28,9 @@
 #include "server/core/model_manager.h"
 #include "server/metrics/metrics.h"
 #include "server/rpc/inference_service.h"
-#include "server/runtime/threading.h"
 #include "server/rpc/security.h"
+#include "server/runtime/allocator.h"
+#include "server/runtime/threading.h"
 
 ABSL_FLAG(std::string, grpc_address, "0.0.0.0", "Address the gRPC server binds.");
 ABSL_FLAG(int, grpc_port, 8500, "gRPC port (0 = pick a free one; see --port_file).");
@@ -47,6 +48,10 @@ ABSL_FLAG(bool, row_parallel, true,
 ABSL_FLAG(bool, blas_parallel, true,
           "Float32 CPU calls that cannot split their rows run their matrix products on OpenBLAS "
           "threads (one per intra-op thread); needs --compute_slots=1 (OpenBLAS's count is process-wide).");
+ABSL_FLAG(bool, malloc_retain, true,
+          "Keep freed heap memory for reuse (glibc mmap threshold 32 MiB, trim threshold 256 MiB): "
+          "otherwise a model call's large temporaries are faulted back in on every call. Left alone "
+          "when GLIBC_TUNABLES, MALLOC_* or LD_PRELOAD configure the allocator.");
 ABSL_FLAG(int, compute_slots, 1, "Batches computing at once across all models.");
 ABSL_FLAG(bool, calibrate, true, "Calibrate each model's cost model with a warm-up at load.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(20),
@@ -87,13 +92,14 @@ int Run() {
                           absl::GetFlag(FLAGS_parallel_min_tokens), ") must be >= 0"));
     return 1;
   }
+  const runtime::AllocatorReport allocator = runtime::ConfigureAllocator(absl::GetFlag(FLAGS_malloc_retain));
   const runtime::ThreadingReport threading = runtime::ConfigureThreading(absl::GetFlag(FLAGS_intra_op_threads),
                                                                               absl::GetFlag(FLAGS_parallel_min_tokens),
                                                                               absl::GetFlag(FLAGS_row_parallel),
                                                                               absl::GetFlag(FLAGS_blas_parallel) &&
                                                                                   absl::GetFlag(FLAGS_compute_slots) == 1);
   LogInfo(absl::StrCat("odeserve ", ODESERVE_VERSION, " (", ODESERVE_COMMIT, ") libtorch ", TORCH_VERSION,
-                       "; ", threading.summary()));
+                       "; ", threading.summary(), "; ", allocator.summary));
 
   metrics::Metrics metrics({ODESERVE_VERSION, ODESERVE_COMMIT, TORCH_VERSION});
   int metrics_port = -1;
@@ -152,6 +158,7 @@ int Run() {
     server->Shutdown();
     return 1;
   }
+  runtime::ReleaseFreeHeapMemory();
   inference.SetReady();
   const size_t ready_models = models.ReadyModelNames().size();
   // Readiness means some model answers: with none READY every inference call would fail, so

@@ -305,8 +305,10 @@ def main():
     # 6. Overload at 3x saturation for 60 s.
     if "overload" not in skip:
         server = start_server(args.repository, "overload")
-        samples = {"health_ms": [], "rss_kib": []}
+        samples = {"health_ms": [], "rss_kib": [], "rss_after_warmup": []}
         stop = threading.Event()
+        warmup_s = 2
+        measured_from = time.monotonic() + warmup_s
         cli = os.path.join(args.build, "client", "odeserve-cli")
 
         def sample():
@@ -318,16 +320,21 @@ def main():
                 samples["health_ms"].append((time.monotonic() - t0) * 1000)
                 if time.monotonic() - last_rss >= 1:
                     samples["rss_kib"].append(server.rss_kib())
+                    if time.monotonic() >= measured_from:
+                        samples["rss_after_warmup"].append(samples["rss_kib"][-1])
                     last_rss = time.monotonic()
                 time.sleep(0.5)
 
         sampler = threading.Thread(target=sample)
         sampler.start()
-        r = bench.run("overload-3x", server, ["--rate", "%.2f" % (3 * sat), "--duration", "60s", "--warmup", "2s",
+        r = bench.run("overload-3x", server, ["--rate", "%.2f" % (3 * sat), "--duration", "60s", "--warmup", "%ds" % warmup_s,
                                               "--budgets", budget_arg, "--set_deadline"])
         stop.set()
         sampler.join()
-        rss = samples["rss_kib"]
+        # Over the measured 60 s, as the target reads: the server trims its heap after loading,
+        # so the warm-up's first calls grow it back to the working set (every sample is kept in
+        # rss_kib_per_second).
+        rss = samples["rss_after_warmup"] or samples["rss_kib"]
         health = sorted(samples["health_ms"])
         ok_calls = r["overall"]["ok"]
         result["overload_3x"] = {
@@ -343,7 +350,7 @@ def main():
             # size have been allocated, next to the whole-run figure above.
             "rss_growth_second_half_pct": (100.0 * (rss[-1] - rss[len(rss) // 2]) / rss[len(rss) // 2])
             if len(rss) > 2 else None,
-            "rss_kib_per_second": rss}
+            "rss_kib_per_second": samples["rss_kib"]}
         server.stop()
 
     print(json.dumps(result, indent=1))

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "server/repository/model_config.h"
+#include "server/runtime/allocator.h"
 #include "server/runtime/threading.h"
 #include "server/runtime/torch_executor.h"
 #include "server/runtime/translation_executor.h"
@@ -246,6 +247,8 @@ int main(int argc, char** argv) {
   bool row_parallel = true;
   const std::string blas_parallel_prefix = "--blas_parallel=";  // as the server's flag: 0 or 1
   bool blas_parallel = true;
+  const std::string malloc_prefix = "--malloc_retain=";  // as the server's flag: 0 or 1
+  bool malloc_retain = true;
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     if (std::string(argv[i]).rfind(prefix, 0) == 0) {
@@ -256,6 +259,8 @@ int main(int argc, char** argv) {
       row_parallel = std::string(argv[i]).substr(row_parallel_prefix.size()) != "0";
     } else if (std::string(argv[i]).rfind(blas_parallel_prefix, 0) == 0) {
       blas_parallel = std::string(argv[i]).substr(blas_parallel_prefix.size()) != "0";
+    } else if (std::string(argv[i]).rfind(malloc_prefix, 0) == 0) {
+      malloc_retain = std::string(argv[i]).substr(malloc_prefix.size()) != "0";
     } else if (std::string(argv[i]).rfind(threads_prefix, 0) == 0) {
       intra_op_threads = std::stoi(std::string(argv[i]).substr(threads_prefix.size()));
     } else if (std::string(argv[i]).rfind(translate_prefix, 0) == 0) {
@@ -266,10 +271,12 @@ int main(int argc, char** argv) {
   }
   if (odeserve::g_model_dir.empty()) odeserve::g_model_dir = ODESERVE_DEFAULT_BENCH_MODEL;
   if (odeserve::g_translate_model_dir.empty()) odeserve::g_translate_model_dir = ODESERVE_DEFAULT_TRANSLATE_MODEL;
+  const auto allocator = odeserve::runtime::ConfigureAllocator(malloc_retain);
   const auto threading = odeserve::runtime::ConfigureThreading(intra_op_threads, parallel_min_tokens, row_parallel, blas_parallel);
   benchmark::AddCustomContext("model_dir", odeserve::g_model_dir);
   benchmark::AddCustomContext("translate_model_dir", odeserve::g_translate_model_dir);
   benchmark::AddCustomContext("threading", threading.summary());
+  benchmark::AddCustomContext("allocator", allocator.summary);
   int rest_count = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_count, rest.data());
   benchmark::RunSpecifiedBenchmarks();
