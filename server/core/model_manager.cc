@@ -7,6 +7,7 @@
 #include "server/common/log.h"
 #include "server/common/status_macros.h"
 #include "server/repository/model_config.h"
+#include "server/runtime/threading.h"
 #include "server/runtime/torch_executor.h"
 #include "server/runtime/translation_executor.h"
 
@@ -301,6 +302,15 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
         for (int count = 1; count <= max_batch && count * length <= config.batching().max_batch_tokens(); ++count) {
           scheduler::ExecBatch batch;
           for (int r = 0; r < count; ++r) batch.rows.push_back({&rows[r], 1, {}});
+          // A busy server runs a large shape of short rows on one thread (LeaveCoresForRpc):
+          // its kernels are compiled per thread count, so warm both.
+          const int64_t tokens = int64_t{count} * length;
+          const bool leave_cores = runtime::LeaveCoresForRpc(true, length);
+          if (runtime::IntraOpThreadsFor(tokens, leave_cores) != runtime::IntraOpThreadsFor(tokens, false)) {
+            scheduler::ExecBatch busy = batch;
+            busy.arrivals_during_previous_batch = true;
+            warmup.push_back(std::move(busy));
+          }
           warmup.push_back(std::move(batch));
         }
       }

@@ -118,10 +118,19 @@ ThreadingReport ConfigureThreading(int intra_op_threads, int parallel_min_tokens
   return report;
 }
 
-void SetIntraOpThreadsFor(int64_t tokens) {
+bool LeaveCoresForRpc(bool busy, int64_t row_token_evaluations) {
+  return busy && row_token_evaluations < kRpcBoundRowTokenEvaluations;
+}
+
+int IntraOpThreadsFor(int64_t tokens, bool leave_cores_for_rpc) {
   const int threads = g_intra_op_threads.load();
-  if (threads <= 0) return;
-  omp_set_num_threads(tokens < g_parallel_min_tokens.load() ? 1 : threads);
+  if (threads <= 0) return 0;
+  return leave_cores_for_rpc || tokens < g_parallel_min_tokens.load() ? 1 : threads;
+}
+
+void SetIntraOpThreadsFor(int64_t tokens, bool leave_cores_for_rpc) {
+  const int threads = IntraOpThreadsFor(tokens, leave_cores_for_rpc);
+  if (threads > 0) omp_set_num_threads(threads);
 }
 
 int RowChunksFor(int64_t rows, int64_t tokens, int64_t min_tokens, int64_t min_rows_per_chunk) {

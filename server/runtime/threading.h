@@ -22,7 +22,8 @@ inline constexpr char kOneDnnCacheCapacity[] = "4096";
 // with RPC threads, a small call gains little from a second thread and loses much when that
 // thread's core is busy: every operator ends in an OpenMP barrier that waits for it (served
 // full-depth batch-1 latency on 2 cores, p50: 8.65 ms with this default, 15.6 ms with every
-// call on both threads; docs/BENCHMARKS.md). Large batches keep every thread.
+// call on both threads; docs/BENCHMARKS.md). Large batches keep every thread, unless their rows
+// are small and the server is busy (LeaveCoresForRpc).
 inline constexpr int kDefaultParallelMinTokens = 512;
 
 // Float32 CPU calls of at least this many padded tokens split their rows across the intra-op
@@ -82,13 +83,31 @@ struct ThreadingReport {
 ThreadingReport ConfigureThreading(int intra_op_threads, int parallel_min_tokens = kDefaultParallelMinTokens,
                                    bool row_parallel = true, bool blas_parallel = false);
 
-/// Sets the calling thread's intra-op threads for a model call over `tokens` padded tokens, as
-/// ConfigureThreading decided (no effect before it is called). OpenMP keeps the count per
-/// calling thread, so other models' batcher threads are unaffected. Each call's count follows
-/// from its own padded shape, so oneDNN (whose kernel cache keys on the thread count) compiles
-/// a call shape's kernels once; operators inside a call whose shapes lack the token dimension
-/// (pooled outputs) may meet both counts, and the shape warm-up at load runs both.
-void SetIntraOpThreadsFor(int64_t tokens);
+/// Whether a model call should leave the spare cores to the RPC threads: the server is `busy`
+/// (ExecBatch::others_waiting or arrivals_during_previous_batch) and each row needs fewer than
+/// kRpcBoundRowTokenEvaluations token evaluations (padded length x field evaluations of its
+/// longest-running row), so that its RPC work (receiving, tokenizing, replying) weighs as much
+/// as its compute. A call spread over both cores then stalls at every operator's barrier while
+/// an RPC thread holds one of them; with more compute per row, the second thread pays.
+bool LeaveCoresForRpc(bool busy, int64_t row_token_evaluations);
+// Served on a 2-core Zen 4 at 32 calls in flight, interleaved against every large call on both
+// threads (docs/BENCHMARKS.md, "Intra-op threads of a busy server"): one thread for
+// embed-sharebert at 1 step over 32-token rows (32 per row) gave 1.1-1.5x the throughput;
+// classify-sections over rows of up to 64 tokens broke even at 2 steps and lost at 8
+// (0.78-0.89x), hence the bound.
+inline constexpr int64_t kRpcBoundRowTokenEvaluations = 128;
+
+/// The intra-op threads for a model call over `tokens` padded tokens: all of them from
+/// `parallel_min_tokens` up, else one; and one whenever `leave_cores_for_rpc`
+/// (LeaveCoresForRpc). The count as ConfigureThreading set it up; 0 before it is called.
+int IntraOpThreadsFor(int64_t tokens, bool leave_cores_for_rpc = false);
+
+/// Sets the calling thread's intra-op threads for a model call (IntraOpThreadsFor; no effect
+/// before ConfigureThreading). OpenMP keeps the count per calling thread, so other models'
+/// batcher threads are unaffected. oneDNN's kernel cache keys on the thread count, so the shape
+/// warm-up at load runs every shape at each count it can meet; operators inside a call whose
+/// shapes lack the token dimension (pooled outputs) may meet both counts too.
+void SetIntraOpThreadsFor(int64_t tokens, bool leave_cores_for_rpc = false);
 
 /// How many contiguous row ranges a float32 CPU model call over `rows` rows and `tokens` padded
 /// tokens should be split into, each evaluated on one intra-op thread (EvaluateRowChunks): one

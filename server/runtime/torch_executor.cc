@@ -76,7 +76,13 @@ void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
   IntraOpThreadsScope threads;
   auto [x, mask] = MakeInputs(rows);
   stats.padded_tokens = mask.numel();
-  SetIntraOpThreadsFor(mask.numel());
+  const int evaluations = scheduler::EvaluationsPerStep(batch.solver);
+  int most_steps = 1;
+  for (const auto& row : rows) most_steps = std::max(most_steps, row.steps);
+  // Decided once for the run, joined rows included.
+  const bool leave_cores = LeaveCoresForRpc(batch.others_waiting || batch.arrivals_during_previous_batch,
+                                            mask.size(1) * most_steps * evaluations);
+  SetIntraOpThreadsFor(mask.numel(), leave_cores);
   // The ODE state stays float32 whatever the compute precision: bfloat16 steps would round
   // away small updates of the shared block, and steps accumulate.
   torch::Tensor h = model_->InputStageUnchecked(x, mask).to(torch::kFloat32);
@@ -91,7 +97,6 @@ void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
   };
   torch::Tensor dt = step_sizes(0);
 
-  const int evaluations = scheduler::EvaluationsPerStep(batch.solver);
   int iteration = 0;
   // Float32 products on the CPU run on one OpenBLAS thread, so large calls split their rows
   // across the intra-op threads instead (RowChunksFor); bfloat16 (oneDNN) parallelizes inside.
@@ -105,7 +110,7 @@ void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
     const VectorField field = [&](const torch::Tensor& state) {
       return EvaluateRowChunks(chunks, {state, current_mask}, vector_field)[0];
     };
-    SetIntraOpThreadsFor(mask.numel());
+    SetIntraOpThreadsFor(mask.numel(), leave_cores);
     {
       // A call too small for row ranges (one row, or under their token threshold; whatever
       // --row_parallel says) spreads its products over OpenBLAS's threads instead, unless calls
@@ -131,7 +136,7 @@ void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
       std::vector<size_t> done;
       for (int64_t i : finished) done.push_back(active[i]);
       const torch::Tensor done_mask = mask.index_select(0, index);
-      SetIntraOpThreadsFor(done_mask.numel());
+      SetIntraOpThreadsFor(done_mask.numel(), leave_cores);
       on_finished(done, h.index_select(0, index), done_mask);
     }
     if (kept.size() != active.size()) {
@@ -160,7 +165,7 @@ void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
     joined_after.resize(rows.size(), iteration);
     auto [joined_x, joined_mask] = MakeInputs(joined);
     stats.padded_tokens += joined_mask.numel();
-    SetIntraOpThreadsFor(joined_mask.numel());
+    SetIntraOpThreadsFor(joined_mask.numel(), leave_cores);
     const torch::Tensor joined_h = model_->InputStageUnchecked(joined_x, joined_mask).to(torch::kFloat32);
     const int64_t length = std::max(h.size(1), joined_h.size(1));
     h = torch::cat({PadTokens(h, length), PadTokens(joined_h, length)});

@@ -50,6 +50,10 @@ struct ExecBatch {
   // server is busy, and its RPC threads (receiving, tokenizing, replying) need the spare cores,
   // so an executor should not take them for this batch. A snapshot at the start.
   bool others_waiting = false;
+  // Calls were submitted to this model while its previous batch computed. Busy too, in a way
+  // others_waiting misses under closed-loop load: the batcher takes every queued call, so the
+  // queue is empty at each start while replies and the next calls keep the RPC threads running.
+  bool arrivals_during_previous_batch = false;
 };
 
 /// What a run cost, for the cost model.

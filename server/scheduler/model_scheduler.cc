@@ -372,6 +372,14 @@ absl::Status ModelScheduler::Submit(std::unique_ptr<WorkItem> item) {
       entry->scores.resize(item->rows.size());
     }
     entry->item = std::move(item);
+    // Counted only while the running batch still owes a call its answer: a call that follows
+    // the last answer (closed loop at concurrency 1) is no sign of load.
+    for (const auto& computing : computing_) {
+      if (!computing->completed) {
+        arrived_while_running_ = true;
+        break;
+      }
+    }
     Accumulate(queued_, entry->remaining_work(), +1);
     queue_.push_back(std::move(entry));
     PublishQueueDepthLocked();
@@ -510,6 +518,7 @@ void ModelScheduler::BatcherLoop() {
     if (!batch.empty()) {
       const double predicted = PredictBatchSeconds(batch);
       running_until_ = absl::Now() + absl::Seconds(predicted);
+      for (const auto& slice : batch) computing_.push_back(slice.entry);
       int rows = 0, steps = 1;
       int64_t longest = 0;
       for (const auto& slice : batch) {
@@ -531,6 +540,7 @@ void ModelScheduler::BatcherLoop() {
     lock.lock();
     running_until_ = absl::InfinitePast();
     running_.joinable = false;
+    computing_.clear();
   }
 }
 
@@ -702,6 +712,8 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     exec.others_waiting = gate_waiters || !queue_.empty();
+    exec.arrivals_during_previous_batch = arrived_while_running_;
+    arrived_while_running_ = false;
     if (joins_enabled_) running_.joinable = true;
   }
   absl::StatusOr<ExecStats> stats = executor_->Run(exec, on_done, abandoned, joins_enabled_ ? join : RowJoinFn());

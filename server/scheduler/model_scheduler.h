@@ -285,6 +285,10 @@ class ModelScheduler {
   bool stopping_ = false;
   std::function<void()> batcher_task_;  // run once by the batcher thread (calibration)
   absl::Time running_until_ = absl::InfinitePast();  // predicted end of the running batch
+  // The calls of the running batch, and whether a call was submitted while one of them was
+  // still unanswered (ExecBatch::arrivals_during_previous_batch of the next batch).
+  std::vector<std::shared_ptr<Entry>> computing_;
+  bool arrived_while_running_ = false;
   // The running batch, as of its last step boundary (continuous batching).
   struct RunningBatch {
     bool joinable = false;     // still takes rows at its step boundaries

@@ -1068,7 +1068,13 @@ TEST(Threading, SmallCallsRunOnOneThreadAndOnlyTheCallingThreadChanges) {
   const ThreadingReport report = ConfigureThreading(2, /*parallel_min_tokens=*/64);
   EXPECT_EQ(report.parallel_min_tokens, 64);
   EXPECT_THAT(report.summary(), HasSubstr("parallel_min_tokens=64"));
-  int small = 0, large = 0, restored = 0;
+  EXPECT_EQ(IntraOpThreadsFor(63), 1);
+  EXPECT_EQ(IntraOpThreadsFor(64), 2);
+  EXPECT_EQ(IntraOpThreadsFor(64, /*leave_cores_for_rpc=*/true), 1);
+  EXPECT_TRUE(LeaveCoresForRpc(/*busy=*/true, kRpcBoundRowTokenEvaluations - 1));
+  EXPECT_FALSE(LeaveCoresForRpc(/*busy=*/true, kRpcBoundRowTokenEvaluations)) << "rows with this much compute keep every thread";
+  EXPECT_FALSE(LeaveCoresForRpc(/*busy=*/false, 1)) << "an idle server keeps every thread";
+  int small = 0, large = 0, busy = 0, restored = 0;
   std::thread batcher([&] {
     {
       IntraOpThreadsScope scope;
@@ -1076,6 +1082,8 @@ TEST(Threading, SmallCallsRunOnOneThreadAndOnlyTheCallingThreadChanges) {
       small = at::get_num_threads();
       SetIntraOpThreadsFor(64);
       large = at::get_num_threads();
+      SetIntraOpThreadsFor(64, /*leave_cores_for_rpc=*/true);
+      busy = at::get_num_threads();
       SetIntraOpThreadsFor(1);
     }
     restored = at::get_num_threads();
@@ -1083,6 +1091,7 @@ TEST(Threading, SmallCallsRunOnOneThreadAndOnlyTheCallingThreadChanges) {
   batcher.join();
   EXPECT_EQ(small, 1);
   EXPECT_EQ(large, 2);
+  EXPECT_EQ(busy, 1);
   EXPECT_EQ(restored, 2) << "the scope restores the thread's count";
   EXPECT_EQ(at::get_num_threads(), 2) << "another thread's count is its own";
 }

@@ -54,12 +54,13 @@ class FakeExecutor : public BatchExecutor {
     std::vector<int> iterations;  // per row, joined rows after the batch's: iterations it ran
     std::vector<JoinedRow> joined;
     bool others_waiting = false;
+    bool arrivals_during_previous_batch = false;
   };
 
   absl::StatusOr<ExecStats> Run(const ExecBatch& batch, const RowDoneFn& on_done,
                                 const RowAbandonedFn& abandoned, const RowJoinFn& join) override {
     const auto started = std::chrono::steady_clock::now();
-    RecordedBatch record{batch.solver, {}, {}, {}, batch.others_waiting};
+    RecordedBatch record{batch.solver, {}, {}, {}, batch.others_waiting, batch.arrivals_during_previous_batch};
     for (const auto& row : batch.rows) {
       record.rows.push_back({static_cast<int>(row.input->ids[0]), static_cast<int>(row.input->ids.size()), row.steps});
     }
@@ -273,7 +274,8 @@ CostSample Sample(int64_t rows, int64_t tokens, int64_t token_evaluations, doubl
 }
 
 TEST(ModelScheduler, BatchesSayWhetherCallsWereWaitingWhenTheyStarted) {
-  // The executor keeps spare cores for the RPC threads while calls wait (BlasThreadsScope).
+  // The executor keeps spare cores for the RPC threads while calls wait (BlasThreadsScope,
+  // LeaveCoresForRpc).
   SchedulerOptions options = Options();
   options.max_batch_size = 1;
   const auto batches = BatchesBehindPlug(options, {4, 4});
@@ -282,6 +284,32 @@ TEST(ModelScheduler, BatchesSayWhetherCallsWereWaitingWhenTheyStarted) {
   EXPECT_EQ(batches[1].rows[0].marker, 1);
   EXPECT_TRUE(batches[1].others_waiting) << "call 2 was queued behind call 1";
   EXPECT_FALSE(batches[2].others_waiting) << "nothing was left behind call 2";
+}
+
+TEST(ModelScheduler, BatchesSayWhetherCallsArrivedWhileThePreviousOneComputed) {
+  // Closed-loop load: the batcher takes every queued call, so the queue is empty at each start
+  // while replies and the next calls keep the RPC threads running.
+  const auto batches = BatchesBehindPlug(Options(), {4, 4});
+  ASSERT_EQ(batches.size(), 2u);
+  ASSERT_EQ(batches[1].rows.size(), 2u) << "both calls fit one batch, so none is left queued";
+  EXPECT_FALSE(batches[1].others_waiting) << "nothing was left queued";
+  EXPECT_TRUE(batches[1].arrivals_during_previous_batch) << "both arrived while the plug computed";
+  EXPECT_FALSE(batches[0].arrivals_during_previous_batch);
+
+  // Calls that each arrive at an idle model are not busy.
+  auto executor = std::make_shared<FakeExecutor>();
+  ModelScheduler scheduler(Options(), executor);
+  for (int marker = 1; marker <= 2; ++marker) {
+    Completion done;
+    ASSERT_TRUE(scheduler.Submit(Item({Row(marker, 4)}, 1, done)).ok());
+    ASSERT_TRUE(done.Wait().ok());
+  }
+  const auto idle = executor->batches();
+  ASSERT_EQ(idle.size(), 2u);
+  for (const auto& batch : idle) {
+    EXPECT_FALSE(batch.others_waiting);
+    EXPECT_FALSE(batch.arrivals_during_previous_batch) << "the first call had finished before the second arrived";
+  }
 }
 
 TEST(ModelScheduler, ItemsSubmittedTogetherRunInOneBatch) {
