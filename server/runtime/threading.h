@@ -12,10 +12,12 @@
 
 namespace odeserve::runtime {
 
-// oneDNN caches a compiled kernel per primitive shape, 1,024 by default. The bundled bfloat16
-// encoders, padded to 16-token lengths, use about 1,300 (all compiled at load): at 1,024 the
-// cache evicts and recompiles under mixed traffic, and the churn costs memory (measured at
-// load: 596 MB RSS at 1,024 against 482 MB at 4,096, docs/BENCHMARKS.md).
+// oneDNN caches a compiled kernel per primitive shape and thread count, 1,024 by default. The
+// bundled bfloat16 encoders, padded to 16-token lengths, create 3,194 at load (ONEDNN_VERBOSE=2
+// cache misses; 2,036 before busy servers ran short rows on one thread, LeaveCoresForRpc) and
+// none under overload: at 1,024 the cache evicted and recompiled under mixed traffic, and the
+// churn cost memory (measured at load: 596 MB RSS at 1,024 against 482 MB at 4,096, then,
+// docs/BENCHMARKS.md).
 inline constexpr char kOneDnnCacheCapacity[] = "4096";
 
 // Model calls over fewer padded tokens than this run on one intra-op thread. On a CPU shared
