@@ -374,11 +374,8 @@ absl::Status ModelScheduler::Submit(std::unique_ptr<WorkItem> item) {
     entry->item = std::move(item);
     // Counted only while the running batch still owes a call its answer: a call that follows
     // the last answer (closed loop at concurrency 1) is no sign of load.
-    for (const auto& computing : computing_) {
-      if (!computing->completed) {
-        arrived_while_running_ = true;
-        break;
-      }
+    for (size_t i = 0; i < computing_.size() && !arrived_while_running_; ++i) {
+      arrived_while_running_ = !computing_[i]->completed;
     }
     Accumulate(queued_, entry->remaining_work(), +1);
     queue_.push_back(std::move(entry));
@@ -518,10 +515,10 @@ void ModelScheduler::BatcherLoop() {
     if (!batch.empty()) {
       const double predicted = PredictBatchSeconds(batch);
       running_until_ = absl::Now() + absl::Seconds(predicted);
-      for (const auto& slice : batch) computing_.push_back(slice.entry);
       int rows = 0, steps = 1;
       int64_t longest = 0;
       for (const auto& slice : batch) {
+        computing_.push_back(slice.entry);
         rows += static_cast<int>(slice.end - slice.begin);
         steps = std::max(steps, slice.entry->item->steps);
         for (size_t r = slice.begin; r < slice.end; ++r) {
