@@ -235,6 +235,11 @@ void InferenceCore::RecordRefused(const std::string& method, const absl::Status&
   metrics_->RecordRequest("", method, absl::StatusCodeToString(status.code()), 0);
 }
 
+void InferenceCore::RecordMetadataCall(const std::string& method, const absl::Status& status,
+                                       absl::Duration took) {
+  metrics_->RecordRequest("", method, absl::StatusCodeToString(status.code()), absl::ToDoubleSeconds(took));
+}
+
 Completion InferenceCore::Track(const std::string& model, const std::string& method,
                                 absl::Time received, Completion done) {
   // Unknown model names are not used as metric labels (unbounded cardinality).
@@ -278,13 +283,13 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
   auto rows_or = Tokenize(s, inputs, truncate);
   if (!rows_or.ok()) return done(rows_or.status());
 
-  // The budget is the explicit latency_budget, else the client's deadline; time already spent
-  // in the server counts against it.
+  // The budget is the explicit latency_budget, else the client's deadline, and never past the
+  // deadline (the call is dropped there: a plan that counted on later time would spend compute
+  // on an answer nobody receives). Time already spent in the server counts against it.
   std::optional<absl::Duration> budget;
-  if (compute.has_latency_budget()) {
-    budget = FromProto(compute.latency_budget());
-  } else if (call.deadline != absl::InfiniteFuture()) {
-    budget = call.deadline - call.received;
+  if (compute.has_latency_budget()) budget = FromProto(compute.latency_budget());
+  if (call.deadline != absl::InfiniteFuture()) {
+    budget = std::min(budget.value_or(absl::InfiniteDuration()), call.deadline - call.received);
   }
   scheduler::PlanRequest plan_request;
   plan_request.rows = static_cast<int>(rows_or->size());

@@ -52,6 +52,8 @@ class InferenceCore {
   /// Counts a call refused before it reached a model (authentication) in the request metrics,
   /// with no model label: the name in an unauthenticated request is not trusted.
   void RecordRefused(const std::string& method, const absl::Status& status);
+  /// Counts a finished ListModels or GetModel call (no model label: they describe the server).
+  void RecordMetadataCall(const std::string& method, const absl::Status& status, absl::Duration took);
 
  private:
   /// Translation-only request fields (beam_size 0 = greedy, max_output_tokens 0 = default).

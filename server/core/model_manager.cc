@@ -96,6 +96,7 @@ absl::Status ModelManager::LoadAll() {
       entry->servable->metrics = options_.metrics->AddModel(
           entry->name, config.version(), v1::Task_Name(config.task()), config.family(),
           entry->servable->device, seconds);
+      entry->servable->scheduler->SetObserver(entry->servable->metrics);
       LogInfo(absl::StrCat("model ", entry->name, " READY: task=", v1::Task_Name(config.task()),
                            " family=", config.family(), " L=", config.trained_depth(), " steps=[",
                            config.steps().min(), ",", config.steps().max(), "] params=",

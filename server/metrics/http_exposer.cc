@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "server/common/thread_name.h"
 
 namespace odeserve::metrics {
 namespace {
@@ -78,7 +79,10 @@ absl::Status HttpExposer::Start(const std::string& host, int port) {
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &length);
   port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                              : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  thread_ = std::thread([this] { Serve(); });
+  thread_ = std::thread([this] {
+    NameCurrentThread("metrics-http");
+    Serve();
+  });
   return absl::OkStatus();
 }
 

@@ -29,11 +29,18 @@ grpc::ServerUnaryReactor* InferenceService::Async(CoreMethod method, const char*
 }
 
 template <typename Request, typename Response, typename CoreMethod>
-grpc::ServerUnaryReactor* InferenceService::Sync(CoreMethod method, grpc::CallbackServerContext* context,
+grpc::ServerUnaryReactor* InferenceService::Sync(CoreMethod method, const char* name,
+                                                 grpc::CallbackServerContext* context,
                                                  const Request* request, Response* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const absl::Time received = absl::Now();
   absl::Status status = auth_ != nullptr ? auth_->Check(*context) : absl::OkStatus();
-  if (status.ok()) status = (core_->*method)(*request, response);
+  if (status.ok()) {
+    status = (core_->*method)(*request, response);
+    core_->RecordMetadataCall(name, status, absl::Now() - received);
+  } else {
+    core_->RecordRefused(name, status);
+  }
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
@@ -147,13 +154,13 @@ grpc::ServerWriteReactor<v1::TranslateStreamResponse>* InferenceService::Transla
 grpc::ServerUnaryReactor* InferenceService::ListModels(grpc::CallbackServerContext* context,
                                                        const v1::ListModelsRequest* request,
                                                        v1::ListModelsResponse* response) {
-  return Sync(&core::InferenceCore::ListModels, context, request, response);
+  return Sync(&core::InferenceCore::ListModels, "ListModels", context, request, response);
 }
 
 grpc::ServerUnaryReactor* InferenceService::GetModel(grpc::CallbackServerContext* context,
                                                      const v1::GetModelRequest* request,
                                                      v1::GetModelResponse* response) {
-  return Sync(&core::InferenceCore::GetModel, context, request, response);
+  return Sync(&core::InferenceCore::GetModel, "GetModel", context, request, response);
 }
 
 }  // namespace odeserve::rpc

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/common/thread_name.h"
 
 namespace odeserve::scheduler {
 namespace {
@@ -51,6 +52,10 @@ CostShape Work(int64_t rows, int64_t longest, int steps, Solver solver, int deco
 }
 
 }  // namespace
+
+std::string BatcherThreadName(std::string_view model_name) {
+  return ThreadNameFor(std::string("sched:").append(model_name));
+}
 
 void ComputeGate::Acquire() {
   std::unique_lock<std::mutex> lock(mutex_);
@@ -111,6 +116,7 @@ struct ModelScheduler::Slice {
 
 ModelScheduler::ModelScheduler(SchedulerOptions options, std::shared_ptr<BatchExecutor> executor)
     : options_(std::move(options)),
+      observer_(options_.observer),
       executor_(std::move(executor)),
       joins_enabled_(options_.continuous_batching && executor_->AcceptsJoins()) {
   batcher_ = std::thread([this] { BatcherLoop(); });
@@ -125,6 +131,12 @@ void ModelScheduler::Stop() {
   }
   cv_.notify_all();
   if (batcher_.joinable()) batcher_.join();
+}
+
+void ModelScheduler::SetObserver(SchedulerObserver* observer) {
+  std::lock_guard<std::mutex> lock(mutex_);  // queue-depth events are sent under the lock
+  observer_.store(observer);
+  if (observer) observer->OnQueueDepth(static_cast<int>(queued_.rows));
 }
 
 int ModelScheduler::queued_rows() const {
@@ -230,9 +242,28 @@ absl::StatusOr<Plan> ModelScheduler::MakePlan(const PlanRequest& request) const 
   // Translation: an explicit decoder step count is kept; the encoder's follows the same rules.
   const int fixed_decoder = decodes ? request.decoder_steps : 0;
   const bool fully_requested = request.steps > 0 && (!decodes || fixed_decoder > 0);
+  // The refusal of a plan predicted to miss the budget (on_budget_miss=REFUSE).
+  auto refuse = [&](const Plan& late, const char* what) {
+    const absl::Duration left = *request.budget;
+    return absl::DeadlineExceededError(absl::StrCat(
+        "latency budget cannot be met: ",
+        left > absl::ZeroDuration() ? absl::StrCat(Ms(left), " of it remained") : std::string("none of it remained"),
+        " when the call was planned, and ", what, " (", SolverName(late.solver), ", ", late.steps, " steps",
+        decodes ? absl::StrCat(", ", late.decoder_steps, " decoder steps") : std::string(),
+        ") is predicted to take ", Ms(late.predicted_total), " including ", Ms(late.predicted_queue),
+        " of queueing (x", absl::StrFormat("%.2f", inflation),
+        " safety factor from recent calls); refused without computing (on_budget_miss=REFUSE)"));
+  };
   if (fully_requested || (request.steps > 0 && !request.budget.has_value())) {
-    return finish(request.steps, default_solver, fixed_decoder > 0 ? fixed_decoder : options_.default_decoder_steps,
-                  StepChoiceKind::kRequested);
+    const Plan requested = finish(request.steps, default_solver,
+                                  fixed_decoder > 0 ? fixed_decoder : options_.default_decoder_steps,
+                                  StepChoiceKind::kRequested);
+    // Exact steps are kept whatever the budget, unless the caller would rather be refused.
+    if (request.budget.has_value() && request.miss_policy == MissPolicy::kRefuse &&
+        requested.predicted_total * inflation > *request.budget) {
+      return refuse(requested, "the requested choice");
+    }
+    return requested;
   }
   if (!request.budget.has_value()) {
     return finish(options_.default_steps, default_solver,
@@ -302,16 +333,7 @@ absl::StatusOr<Plan> ModelScheduler::MakePlan(const PlanRequest& request) const 
 
   const Plan floor_plan =
       finish(cheapest->steps, cheapest->solver, cheapest->decoder_steps, StepChoiceKind::kBudgetFloor);
-  if (request.miss_policy == MissPolicy::kRefuse) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "latency budget ", Ms(budget), " cannot be met: the cheapest allowed choice (",
-        SolverName(cheapest->solver), ", ", cheapest->steps, " steps",
-        decodes ? absl::StrCat(", ", cheapest->decoder_steps, " decoder steps") : std::string(),
-        ") is predicted to take ",
-        Ms(floor_plan.predicted_total), " including ", Ms(plan.predicted_queue),
-        " of queueing (x", absl::StrFormat("%.2f", inflation),
-        " safety factor from recent calls); refused without computing (on_budget_miss=REFUSE)"));
-  }
+  if (request.miss_policy == MissPolicy::kRefuse) return refuse(floor_plan, "the cheapest allowed choice");
   return floor_plan;
 }
 
@@ -338,7 +360,7 @@ void ModelScheduler::PublishQueueDepthLocked() {
   // Under the lock, so the gauge sees depths in the order the queue took them: published after
   // unlocking, a submitter that lost its core could overwrite the batcher's later, smaller depth
   // (the gauge then counted rows that had already run).
-  if (options_.observer) options_.observer->OnQueueDepth(static_cast<int>(queued_.rows));
+  if (SchedulerObserver* observer = observer_.load()) observer->OnQueueDepth(static_cast<int>(queued_.rows));
 }
 
 absl::Status ModelScheduler::Submit(std::unique_ptr<WorkItem> item) {
@@ -478,6 +500,7 @@ std::vector<ModelScheduler::Slice> ModelScheduler::TakeBatchLocked(
 }
 
 void ModelScheduler::BatcherLoop() {
+  NameCurrentThread(BatcherThreadName(options_.model_name));
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || batcher_task_ || !purged_.empty(); });
@@ -545,7 +568,9 @@ void ModelScheduler::FailDropped(const std::vector<std::shared_ptr<Entry>>& drop
   const absl::Time now = absl::Now();
   for (const auto& entry : dropped) {
     const WorkItem& item = *entry->item;
-    if (item.cancelled && item.cancelled()) {
+    // The deadline first: gRPC marks a call whose deadline passed as cancelled too, and such a
+    // call must count as expired (DEADLINE_EXCEEDED, a missed budget), not as a client's cancel.
+    if (now < item.deadline && item.cancelled && item.cancelled()) {
       Complete(*entry, absl::CancelledError("call cancelled by the client while queued"));
     } else {
       Complete(*entry, absl::DeadlineExceededError(absl::StrCat(
@@ -690,14 +715,15 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
     Entry& entry = *slices[owner[row].first].entry;
     if (entry.completed) return true;
     const WorkItem& item = *entry.item;
-    if (item.cancelled && item.cancelled()) {
-      Complete(entry, absl::CancelledError("call cancelled by the client; its rows left the batch"));
+    const absl::Time now = absl::Now();
+    if (now >= item.deadline) {  // before the cancel check, as in FailDropped
+      Complete(entry, absl::DeadlineExceededError(absl::StrCat(
+          "deadline passed while computing (", Ms(now - entry.enqueued),
+          " after it was queued); its rows left the batch")));
       return true;
     }
-    if (absl::Now() >= item.deadline) {
-      Complete(entry, absl::DeadlineExceededError(absl::StrCat(
-          "deadline passed while computing (", Ms(absl::Now() - entry.enqueued),
-          " after it was queued); its rows left the batch")));
+    if (item.cancelled && item.cancelled()) {
+      Complete(entry, absl::CancelledError("call cancelled by the client; its rows left the batch"));
       return true;
     }
     return false;
@@ -705,6 +731,10 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
 
   if (options_.gate) options_.gate->Acquire();
   last_boundary = absl::Now();
+  // Waiting for another model's batch to release the gate is queueing, not compute.
+  for (auto& slice : slices) {
+    if (slice.begin == 0) slice.entry->first_start = last_boundary;
+  }
   const bool gate_waiters = options_.gate && options_.gate->HasWaiters();
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -733,7 +763,7 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
   observation.seconds = stats->seconds;
   observation.predicted_seconds = cost_model_.Predict(sample.shape);
   observation.relative_error = cost_model_.Observe(sample);
-  if (options_.observer) options_.observer->OnBatch(observation);
+  if (SchedulerObserver* observer = observer_.load()) observer->OnBatch(observation);
 }
 
 absl::Status ModelScheduler::Calibrate(const std::vector<ExecBatch>& warmup,

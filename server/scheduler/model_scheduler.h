@@ -9,6 +9,7 @@
 // batch at its next step boundary, so a call that needs one step never waits for another
 // call's last step.
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -34,6 +36,9 @@ struct StepCandidate {
   double quality = 0;
   int decoder_steps = 0;  // translation: the decoder's steps (0 for encoder-only models)
 };
+
+/// The batcher thread's name: "sched:" and the model's name, cut to what Linux keeps (15 bytes).
+std::string BatcherThreadName(std::string_view model_name);
 
 /// Bounds the number of batches computing at once across all models (the CPU has few cores and
 /// LibTorch already uses all of them inside one batch). Slots go to waiters in arrival order: a
@@ -113,7 +118,7 @@ struct SchedulerOptions {
   /// cheapest of them is taken (config.pbtxt quality_tolerance).
   double quality_tolerance = 0;
   std::shared_ptr<ComputeGate> gate;       // optional
-  SchedulerObserver* observer = nullptr;   // optional, must outlive the scheduler
+  SchedulerObserver* observer = nullptr;   // optional, must outlive the scheduler (or SetObserver)
 };
 
 enum class MissPolicy { kServeFloor, kRefuse };
@@ -205,6 +210,10 @@ class ModelScheduler {
   /// Stops accepting work, finishes what is queued, then joins the batcher.
   void Stop();
 
+  /// Sends queue and batch events to `observer` from now on (nullptr: to nobody). The server's
+  /// metrics exist only once the model has loaded, after the scheduler calibrated it.
+  void SetObserver(SchedulerObserver* observer);
+
   int queued_rows() const;
   const CostModel& cost_model() const { return cost_model_; }
   const SchedulerOptions& options() const { return options_; }
@@ -273,6 +282,7 @@ class ModelScheduler {
                                 int decoder_steps, int64_t shared_padded_tokens) const;
 
   const SchedulerOptions options_;
+  std::atomic<SchedulerObserver*> observer_;
   const std::shared_ptr<BatchExecutor> executor_;
   const bool joins_enabled_;
   CostModel cost_model_;

@@ -869,6 +869,54 @@ TEST_F(ServerTest, ACallThatCannotAffordTheBatchingDelayStartsAtOnce) {
   ExpectStillServing();
 }
 
+// The same call with an explicit budget far beyond its 80 ms deadline: the deadline still caps
+// the budget, so the call starts at once instead of waiting 300 ms for company and expiring.
+TEST_F(ServerTest, TheDeadlineCapsALongerLatencyBudget) {
+  EmbedRequest request = EmbedOf("slow-queue", {"cannot wait either"});
+  request.mutable_compute()->mutable_latency_budget()->set_seconds(10);
+  EmbedResponse response;
+  const auto status = Embed(request, &response, std::chrono::milliseconds(80));
+  ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  EXPECT_EQ(response.report().step_choice(), v1::BUDGET_FLOOR);
+  const auto& budget = response.report().budget();
+  // The deadline travels as gRPC's rounded-up timeout: a little over 80 ms, far under 10 s.
+  EXPECT_LT(budget.seconds() * 1e3 + budget.nanos() / 1e6, 100.0) << "the report shows the budget it planned with";
+  ExpectStillServing();
+}
+
+// The scheduler's own series (batch size and tokens, queue depth) move with real traffic: the
+// metrics are attached to each model's scheduler once it has loaded.
+TEST_F(ServerTest, BatchMetricsCountTheBatchesThatRan) {
+  const std::string batches = "odeserve_batch_size_count{model=\"tiny-albert\"}";
+  const std::string tokens = "odeserve_batch_tokens_count{model=\"tiny-albert\"}";
+  const std::string page_before = testing::HttpGet(server_->metrics_port(), "/metrics");
+  const double batches_before = std::max(0.0, MetricValue(page_before, batches));
+  const double tokens_before = std::max(0.0, MetricValue(page_before, tokens));
+  EmbedResponse response;
+  ASSERT_TRUE(Embed(EmbedOf("tiny-albert", {"one batch of one call"}), &response).ok());
+  const std::string page = testing::HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_EQ(MetricValue(page, batches), batches_before + 1) << page;
+  EXPECT_EQ(MetricValue(page, tokens), tokens_before + 1);
+  EXPECT_EQ(MetricValue(page, "odeserve_queue_depth{model=\"tiny-albert\"}"), 0) << "nothing is left queued";
+}
+
+TEST_F(ServerTest, MetadataCallsAreCountedByCode) {
+  const std::string found = "odeserve_requests_total{code=\"OK\",method=\"GetModel\",model=\"\"}";
+  const std::string missing = "odeserve_requests_total{code=\"NOT_FOUND\",method=\"GetModel\",model=\"\"}";
+  const std::string page_before = testing::HttpGet(server_->metrics_port(), "/metrics");
+  const double found_before = std::max(0.0, MetricValue(page_before, found));
+  const double missing_before = std::max(0.0, MetricValue(page_before, missing));
+  EXPECT_EQ(Describe("tiny-albert").name(), "tiny-albert");
+  grpc::ClientContext context;
+  v1::GetModelRequest request;
+  request.set_name("no-such-model");
+  v1::GetModelResponse response;
+  EXPECT_EQ(stub_->GetModel(&context, request, &response).error_code(), grpc::StatusCode::NOT_FOUND);
+  const std::string page = testing::HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_EQ(MetricValue(page, found), found_before + 1) << page;
+  EXPECT_EQ(MetricValue(page, missing), missing_before + 1);
+}
+
 TEST(ServerLifecycle, SigtermDrainsInFlightCallsThenExitsZero) {
   const fs::path repo = MakeRepository();
   testing::ServerProcess server(ODESERVE_BINARY, repo);

@@ -3,6 +3,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -15,6 +18,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "server/common/thread_name.h"
 #include "server/scheduler/cost_model.h"
 #include "server/scheduler/model_scheduler.h"
 
@@ -271,6 +275,36 @@ CostShape Shape(int64_t rows, int64_t tokens, int64_t token_evaluations, int64_t
 
 CostSample Sample(int64_t rows, int64_t tokens, int64_t token_evaluations, double seconds) {
   return {Shape(rows, tokens, token_evaluations), seconds};
+}
+
+// The names of this process's threads, as top -H and perf show them.
+std::vector<std::string> ThreadNames() {
+  std::vector<std::string> names;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name)) names.push_back(name);
+  }
+  return names;
+}
+
+TEST(ThreadName, LongNamesAreCutToWhatLinuxKeepsAndNeverInsideACharacter) {
+  EXPECT_EQ(ThreadNameFor("metrics-http"), "metrics-http");
+  EXPECT_EQ(ThreadNameFor("sched:classify-sections"), "sched:classify-");
+  EXPECT_EQ(ThreadNameFor("sched:classify-sections").size(), kMaxThreadNameBytes);
+  // "sched:modèle-" is 14 bytes; the next character, "é", would take bytes 15 and 16.
+  EXPECT_EQ(ThreadNameFor("sched:mod\xC3\xA8le-\xC3\xA9t\xC3\xA9"), "sched:mod\xC3\xA8le-");
+}
+
+TEST(ModelScheduler, TheBatcherThreadIsNamedAfterItsModel) {
+  SchedulerOptions options = Options();
+  options.model_name = "embed-sharebert";
+  ModelScheduler scheduler(options, std::make_shared<FakeExecutor>());
+  Completion done;
+  ASSERT_TRUE(scheduler.Submit(Item({Row(1, 4)}, 1, done)).ok());
+  ASSERT_TRUE(done.Wait().ok());  // the batcher has run, so it has named itself
+  EXPECT_EQ(BatcherThreadName("embed-sharebert"), "sched:embed-sha");
+  EXPECT_THAT(ThreadNames(), ::testing::Contains("sched:embed-sha"));
 }
 
 TEST(ModelScheduler, BatchesSayWhetherCallsWereWaitingWhenTheyStarted) {
@@ -592,6 +626,11 @@ TEST(ModelScheduler, CancelledItemIsDroppedBeforeCompute) {
   EXPECT_EQ(cancelled.calls, 1);
 }
 
+// What gRPC's ServerContext::IsCancelled says of a call: true once its deadline has passed.
+std::function<bool()> CancelledAtDeadline(absl::Time deadline) {
+  return [deadline] { return absl::Now() >= deadline; };
+}
+
 TEST(ModelScheduler, ExpiredDeadlineIsDeadlineExceededBeforeCompute) {
   auto executor = std::make_shared<FakeExecutor>();
   ModelScheduler scheduler(Options(), executor);
@@ -599,9 +638,11 @@ TEST(ModelScheduler, ExpiredDeadlineIsDeadlineExceededBeforeCompute) {
   Plug(scheduler, *executor, plug);
   auto item = Item({Row(7, 4)}, 1, expired);
   item->deadline = absl::Now() + absl::Milliseconds(20);
+  item->cancelled = CancelledAtDeadline(item->deadline);
   ASSERT_TRUE(scheduler.Submit(std::move(item)).ok());
   auto already = Item({Row(6, 4)}, 1, past);
   already->deadline = absl::Now() - absl::Milliseconds(1);
+  already->cancelled = CancelledAtDeadline(already->deadline);
   ASSERT_TRUE(scheduler.Submit(std::move(already)).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(60));
   executor->Release();
@@ -658,6 +699,7 @@ TEST(ModelScheduler, DeadlinePassingWhileComputingEndsTheItem) {
   Completion expiring, kept;
   auto item = Item({Row(7, 4)}, 8, expiring);
   item->deadline = absl::Now() + absl::Milliseconds(150);  // expires during iteration ~3 of 8
+  item->cancelled = CancelledAtDeadline(item->deadline);
   ASSERT_TRUE(scheduler.Submit(std::move(item)).ok());
   ASSERT_TRUE(scheduler.Submit(Item({Row(8, 4)}, 8, kept)).ok());
   const auto& result = expiring.Wait();
@@ -670,6 +712,22 @@ TEST(ModelScheduler, DeadlinePassingWhileComputingEndsTheItem) {
   EXPECT_LT(batches[0].iterations[0], 8) << "the expired row kept computing";
   EXPECT_EQ(batches[0].iterations[1], 8);
   EXPECT_EQ(expiring.calls, 1);
+}
+
+TEST(ModelScheduler, WaitingForTheComputeGateCountsAsQueueTime) {
+  auto gate = std::make_shared<ComputeGate>(1);
+  SchedulerOptions options = Options();
+  options.gate = gate;
+  ModelScheduler scheduler(options, std::make_shared<FakeExecutor>());
+  gate->Acquire();  // another model's batch holds the only slot
+  Completion done;
+  ASSERT_TRUE(scheduler.Submit(Item({Row(1, 4)}, 1, done)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  gate->Release();
+  const auto& result = done.Wait();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_GE(result->queue_time, absl::Milliseconds(80));
+  EXPECT_LT(result->compute_time, absl::Milliseconds(80)) << "the wait for the gate was counted as compute";
 }
 
 TEST(ModelScheduler, ComputeGateSerializesBatchesAcrossModels) {
@@ -1187,8 +1245,14 @@ TEST_F(Planning, NothingFitsWithRefuseIsDeadlineExceeded) {
   auto plan = scheduler_->MakePlan(request);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(std::string(plan.status().message()), HasSubstr("latency budget 2.50ms cannot be met"));
-  EXPECT_THAT(std::string(plan.status().message()), HasSubstr("EULER, 1 steps"));
+  EXPECT_THAT(std::string(plan.status().message()),
+              HasSubstr("latency budget cannot be met: 2.50ms of it remained when the call was planned"));
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr("the cheapest allowed choice (EULER, 1 steps)"));
+  // A budget already spent (time in the server before planning) is said so, not shown negative.
+  request.budget = absl::Microseconds(-70);
+  plan = scheduler_->MakePlan(request);
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr("none of it remained"));
 }
 
 TEST_F(Planning, NothingFitsWithServeFloorServesTheCheapest) {
@@ -1208,7 +1272,7 @@ TEST_F(Planning, ExplicitStepsAreRequested) {
   request.rows = 1;
   request.padded_tokens = 10;
   request.steps = 5;
-  request.budget = absl::Microseconds(100);  // ignored: exact steps win
+  request.budget = absl::Microseconds(100);  // exact steps win (under the default SERVE_FLOOR)
   auto plan = scheduler_->MakePlan(request);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->choice, StepChoiceKind::kRequested);
@@ -1231,6 +1295,23 @@ TEST_F(Planning, ExplicitStepsAreRequested) {
   plan = scheduler_->MakePlan(request);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->start_within, absl::InfiniteDuration());
+}
+
+TEST_F(Planning, ExplicitStepsThatMissTheBudgetAreRefusedWhenAskedTo) {
+  PlanRequest request;
+  request.rows = 1;
+  request.padded_tokens = 10;
+  request.steps = 5;  // 7 ms predicted
+  request.budget = absl::Milliseconds(2);
+  request.miss_policy = MissPolicy::kRefuse;
+  auto plan = scheduler_->MakePlan(request);
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr("the requested choice (EULER, 5 steps)"));
+  request.budget = absl::Milliseconds(100);  // fits: the exact steps run
+  plan = scheduler_->MakePlan(request);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->choice, StepChoiceKind::kRequested);
+  EXPECT_EQ(plan->steps, 5);
 }
 
 TEST_F(Planning, NoBudgetUsesTheDefaultSteps) {
