@@ -227,16 +227,12 @@ absl::Status InferenceCore::Admission() const {
 absl::Status InferenceCore::Admit(const std::string& method) {
   absl::Status status = Admission();
   // Before SetReady the model map may still be filling: no model label (nor lookup) here.
-  if (!status.ok()) RecordRefused(method, status);
+  if (!status.ok()) RecordServerCall(method, status);
   return status;
 }
 
-void InferenceCore::RecordRefused(const std::string& method, const absl::Status& status) {
-  metrics_->RecordRequest("", method, absl::StatusCodeToString(status.code()), 0);
-}
-
-void InferenceCore::RecordMetadataCall(const std::string& method, const absl::Status& status,
-                                       absl::Duration took) {
+void InferenceCore::RecordServerCall(const std::string& method, const absl::Status& status,
+                                     absl::Duration took) {
   metrics_->RecordRequest("", method, absl::StatusCodeToString(status.code()), absl::ToDoubleSeconds(took));
 }
 

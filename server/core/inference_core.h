@@ -49,11 +49,11 @@ class InferenceCore {
   void StartDraining() { draining_.store(true); }
   bool draining() const { return draining_.load(); }
   int in_flight() const { return in_flight_.load(); }
-  /// Counts a call refused before it reached a model (authentication) in the request metrics,
-  /// with no model label: the name in an unauthenticated request is not trusted.
-  void RecordRefused(const std::string& method, const absl::Status& status);
-  /// Counts a finished ListModels or GetModel call (no model label: they describe the server).
-  void RecordMetadataCall(const std::string& method, const absl::Status& status, absl::Duration took);
+  /// Counts a call that never reached a model in the request metrics, with no model label:
+  /// a refusal before admission (authentication, loading, draining: the name in such a request
+  /// is not trusted, and `took` is zero) or a finished ListModels/GetModel call.
+  void RecordServerCall(const std::string& method, const absl::Status& status,
+                        absl::Duration took = absl::ZeroDuration());
 
  private:
   /// Translation-only request fields (beam_size 0 = greedy, max_output_tokens 0 = default).

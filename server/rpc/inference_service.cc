@@ -18,7 +18,7 @@ grpc::ServerUnaryReactor* InferenceService::Async(CoreMethod method, const char*
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (auth_ != nullptr) {
     if (auto status = auth_->Check(*context); !status.ok()) {
-      core_->RecordRefused(name, status);
+      core_->RecordServerCall(name, status);
       reactor->Finish(ToGrpcStatus(status));
       return reactor;
     }
@@ -37,10 +37,8 @@ grpc::ServerUnaryReactor* InferenceService::Sync(CoreMethod method, const char* 
   absl::Status status = auth_ != nullptr ? auth_->Check(*context) : absl::OkStatus();
   if (status.ok()) {
     status = (core_->*method)(*request, response);
-    core_->RecordMetadataCall(name, status, absl::Now() - received);
-  } else {
-    core_->RecordRefused(name, status);
   }
+  core_->RecordServerCall(name, status, absl::Now() - received);
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
@@ -139,7 +137,7 @@ grpc::ServerWriteReactor<v1::TranslateStreamResponse>* InferenceService::Transla
   auto* reactor = new TranslateStreamReactor();
   if (auth_ != nullptr) {
     if (auto status = auth_->Check(*context); !status.ok()) {
-      core_->RecordRefused("TranslateStream", status);
+      core_->RecordServerCall("TranslateStream", status);
       reactor->FinishWith(ToGrpcStatus(status));
       return reactor;
     }
