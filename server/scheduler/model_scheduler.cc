@@ -6,6 +6,7 @@
 #include <cmath>
 #include <future>
 #include <map>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -316,14 +317,22 @@ absl::StatusOr<Plan> ModelScheduler::MakePlan(const PlanRequest& request) const 
     if (totals[i] * inflation > budget) continue;
     best_quality = std::max(best_quality.value_or(candidates[i].quality), candidates[i].quality);
   }
-  // Of the fitting candidates as good as the best (within the tolerance), the cheapest; between
-  // equally cheap ones, the better.
+  // Of the fitting candidates as good as the best (within the tolerance), the cheapest. Between
+  // equally cheap predictions, fewer field evaluations first: every evaluation costs something,
+  // and a tie only means the fit put a zero on it (a tiny model on a noisy machine); then the
+  // better.
+  auto evaluations = [](const StepCandidate& c) { return c.steps * EvaluationsPerStep(c.solver) + c.decoder_steps; };
   std::optional<size_t> best_index;
   for (size_t i = 0; best_quality && i < candidates.size(); ++i) {
     if (totals[i] * inflation > budget) continue;
     if (candidates[i].quality < *best_quality - options_.quality_tolerance) continue;
-    if (!best_index || totals[i] < totals[*best_index] ||
-        (totals[i] == totals[*best_index] && candidates[i].quality > candidates[*best_index].quality)) {
+    if (!best_index) {
+      best_index = i;
+      continue;
+    }
+    const StepCandidate& c = candidates[i];
+    const StepCandidate& b = candidates[*best_index];
+    if (std::make_tuple(totals[i], evaluations(c), -c.quality) < std::make_tuple(totals[*best_index], evaluations(b), -b.quality)) {
       best_index = i;
     }
   }

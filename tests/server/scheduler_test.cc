@@ -1174,6 +1174,28 @@ TEST_F(Planning, TighterBudgetPicksACheaperCandidate) {
   EXPECT_EQ(plan->steps, 1);
 }
 
+TEST_F(Planning, WhenTheFitSeesNoCostInStepsTheToleranceStillBuysTheFewest) {
+  // A model so small that its steps vanish in the call's fixed cost: the fit puts zero on a
+  // field evaluation, so every choice is predicted equally cheap. Within the tolerance the
+  // fewest evaluations win (Euler 1, 0.55, is within 0.5 of Heun 8's 1.00), not the best.
+  SchedulerOptions options = options_;
+  options.quality_tolerance = 0.5;
+  auto executor = std::make_shared<FakeExecutor>();
+  executor->synthetic_seconds_ = [](int64_t, int64_t, int64_t) { return 2e-3; };
+  auto tolerant = Calibrated(options, executor);
+  ASSERT_EQ(tolerant->cost_model().Snapshot().coefficients.per_token_evaluation, 0.0);
+  auto plan = tolerant->MakePlan(Budgeted(absl::Seconds(1)));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->solver, Solver::kEuler);
+  EXPECT_EQ(plan->steps, 1);
+  // Without a tolerance only the best counts, however cheap the rest look.
+  auto exact = Calibrated(options_, executor);
+  plan = exact->MakePlan(Budgeted(absl::Seconds(1)));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->solver, Solver::kHeun);
+  EXPECT_EQ(plan->steps, 8);
+}
+
 TEST_F(Planning, QualityWithinTheToleranceOfTheBestBuysTheCheapestChoice) {
   // Everything fits 1 s; the best is Heun 8 (1.00, 16 evaluations). Within 0.20 of it the
   // cheapest is Euler 6 (0.80, 6 evaluations); Heun 4 and RK4 4-8 are as good but dearer.
