@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "server/common/log.h"
+#include "server/common/signal_wait.h"
 #include "server/core/inference_core.h"
 #include "server/core/model_manager.h"
 #include "server/metrics/metrics.h"
@@ -52,6 +53,10 @@ ABSL_FLAG(bool, malloc_retain, true,
           "Keep freed heap memory for reuse (glibc mmap threshold 32 MiB, trim threshold 256 MiB): "
           "otherwise a model call's large temporaries are faulted back in on every call. Left alone "
           "when GLIBC_TUNABLES, MALLOC_* or LD_PRELOAD configure the allocator.");
+ABSL_FLAG(absl::Duration, heap_release_interval, absl::Seconds(10),
+          "With --malloc_retain, how often the heap's free pages go back to the kernel (0 = never): "
+          "bounds what retention and fragmentation hold under changing load. Each release holds "
+          "the allocator while it walks the heap (3-26 ms under 3x overload on 2 vCPUs).");
 ABSL_FLAG(int, compute_slots, 1, "Batches computing at once across all models.");
 ABSL_FLAG(bool, calibrate, true, "Calibrate each model's cost model with a warm-up at load.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(20),
@@ -177,8 +182,9 @@ int Run() {
     std::filesystem::rename(tmp, port_file);  // atomic: readers never see half a file
   }
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  const int signal_number =
+      WaitForSignal(signals, allocator.retaining ? absl::GetFlag(FLAGS_heap_release_interval) : absl::ZeroDuration(),
+                    runtime::ReleaseFreeHeapMemory);
   // The drain is already bounded by --drain_timeout; a repeated SIGTERM (some orchestrators and
   // impatient users send two) must not kill the process halfway through it.
   std::signal(SIGTERM, SIG_IGN);

@@ -27,7 +27,10 @@ struct AllocatorReport {
 AllocatorReport ConfigureAllocator(bool retain_freed_memory);
 
 /// Returns the heap's free pages to the kernel (malloc_trim): once after loading, whose
-/// temporaries (weights read and prepared, calibration batches) the retained heap would keep.
+/// temporaries (weights read and prepared, calibration batches) the retained heap would keep,
+/// then every --heap_release_interval. Free memory in the middle of a heap is never trimmed
+/// otherwise: under overload the retained heap grew 11-17% in a minute, nearly all free pages
+/// (docs/BENCHMARKS.md, "Releasing retained memory").
 void ReleaseFreeHeapMemory();
 
 }  // namespace odeserve::runtime

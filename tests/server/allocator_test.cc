@@ -3,10 +3,13 @@
 
 #include <malloc.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -57,6 +60,44 @@ TEST(Allocator, LargeTemporariesReuseTheirPages) {
       << "with the heap kept, the pages are reused: " << retained_faults << " faults against " << default_faults;
   EXPECT_GE(FaultsOfTemporaries(static_cast<size_t>(kRetainedAllocationMaxBytes) * 2), kCalls)
       << "beyond the limit blocks still go back to the kernel";
+}
+
+long ResidentBytes() {
+  long size_pages = 0;
+  long resident_pages = 0;
+  FILE* statm = std::fopen("/proc/self/statm", "r");
+  if (statm == nullptr) return -1;
+  const int read = std::fscanf(statm, "%ld %ld", &size_pages, &resident_pages);
+  std::fclose(statm);
+  return read == 2 ? resident_pages * sysconf(_SC_PAGESIZE) : -1;
+}
+
+TEST(Allocator, ReleasingGivesBackTheFreePagesARetainedHeapKeeps) {
+  unsetenv("GLIBC_TUNABLES");
+  unsetenv("LD_PRELOAD");
+  ASSERT_TRUE(ConfigureAllocator(true).retaining);
+  // Large temporaries each followed by a small live block, as a model call's tensors and the
+  // metadata that outlives them: once freed, the large ones are holes in the heap's middle.
+  constexpr int kBlocks = 48;
+  constexpr size_t kBlockBytes = size_t{1} << 20;
+  std::vector<char*> large;
+  std::vector<void*> pins;
+  for (int i = 0; i < kBlocks; ++i) {
+    large.push_back(static_cast<char*>(std::malloc(kBlockBytes)));
+    std::memset(large.back(), i + 1, kBlockBytes);
+    pins.push_back(std::malloc(64));
+  }
+  const long in_use = ResidentBytes();
+  for (char* block : large) std::free(block);
+  const long retained = ResidentBytes();
+  ReleaseFreeHeapMemory();
+  const long released = ResidentBytes();
+  for (void* pin : pins) std::free(pin);
+  ASSERT_GT(in_use, 0);
+  const long total = static_cast<long>(kBlocks * kBlockBytes);
+  EXPECT_LT(in_use - retained, total / 4) << "free() alone keeps the pages: the heap retains them";
+  EXPECT_GT(retained - released, total * 3 / 4)
+      << "released " << (retained - released) << " of " << total << " free bytes";
 }
 
 TEST(Allocator, TheEnvironmentsSettingsWin) {
