@@ -34,7 +34,7 @@ using v1::EmbedResponse;
 constexpr int kTrainedDepth = 4;  // tiny models: L = 4, steps 1..8
 
 // Builds the e2e repository: the test models, a copy of tiny-albert whose queue holds 2 inputs
-// and waits 300 ms to fill a batch (for overload, deadline and drain tests), a copy that pads
+// and waits 1 s to fill a batch (for overload, deadline and drain tests), a copy that pads
 // batches to 8-token lengths, a copy that asks for bfloat16, a copy whose step choice takes the
 // cheapest point within 0.2 of the best quality, and a broken model.
 fs::path MakeRepository() {
@@ -42,7 +42,7 @@ fs::path MakeRepository() {
   fs::remove(repo / ".stamp");
   fs::copy(repo / "tiny-albert", repo / "slow-queue", fs::copy_options::recursive);
   testing::EditConfig(repo / "slow-queue", "name: \"tiny-albert\"", "name: \"slow-queue\"");
-  testing::EditConfig(repo / "slow-queue", "max_queue_delay_us: 1000", "max_queue_delay_us: 300000");
+  testing::EditConfig(repo / "slow-queue", "max_queue_delay_us: 1000", "max_queue_delay_us: 1000000");
   testing::EditConfig(repo / "slow-queue", "max_queue_size: 64", "max_queue_size: 2");
   fs::copy(repo / "tiny-albert", repo / "padded-albert", fs::copy_options::recursive);
   testing::EditConfig(repo / "padded-albert", "name: \"tiny-albert\"", "name: \"padded-albert\"");
@@ -825,7 +825,7 @@ TEST_F(ServerTest, BudgetChoosesStepsRefusesOrServesTheFloor) {
 }
 
 TEST_F(ServerTest, FullQueueIsRefusedWithResourceExhausted) {
-  // slow-queue holds 2 queued inputs and waits 300 ms for a batch to fill.
+  // slow-queue holds 2 queued inputs and waits 1 s for a batch to fill.
   std::vector<std::future<grpc::Status>> calls;
   for (int i = 0; i < 2; ++i) {
     calls.push_back(std::async(std::launch::async, [&] {
@@ -851,36 +851,37 @@ double MetricValue(const std::string& page, const std::string& series) {
   return std::stod(page.substr(at + series.size() + 2));
 }
 
-// slow-queue waits up to 300 ms for a batch to fill. An 80 ms deadline (the call's budget)
+// slow-queue waits up to 1 s for a batch to fill. A 400 ms deadline (the call's budget)
 // cannot afford that wait, so nothing fits and the floor is served: at once, not after waiting
 // for company until the deadline has nearly passed (which made such calls expire).
 TEST_F(ServerTest, ACallThatCannotAffordTheBatchingDelayStartsAtOnce) {
   const std::string met = "odeserve_budget_requests_total{model=\"slow-queue\",outcome=\"met\"}";
   const double met_before = MetricValue(testing::HttpGet(server_->metrics_port(), "/metrics"), met);
   EmbedResponse response;
-  const auto status = Embed(EmbedOf("slow-queue", {"cannot wait"}), &response, std::chrono::milliseconds(80));
+  // 400 ms: far under the batching delay, and wide enough for a loaded CI machine (80 ms flaked).
+  const auto status = Embed(EmbedOf("slow-queue", {"cannot wait"}), &response, std::chrono::milliseconds(400));
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(response.report().step_choice(), v1::BUDGET_FLOOR);
   EXPECT_EQ(response.report().steps(), 1);
   EXPECT_TRUE(response.report().budget_met());
   const auto& queued = response.report().queue_time();
-  EXPECT_LT(queued.seconds() * 1e3 + queued.nanos() / 1e6, 80.0);
+  EXPECT_LT(queued.seconds() * 1e3 + queued.nanos() / 1e6, 400.0);
   EXPECT_EQ(MetricValue(testing::HttpGet(server_->metrics_port(), "/metrics"), met), std::max(0.0, met_before) + 1);
   ExpectStillServing();
 }
 
-// The same call with an explicit budget far beyond its 80 ms deadline: the deadline still caps
-// the budget, so the call starts at once instead of waiting 300 ms for company and expiring.
+// The same call with an explicit budget far beyond its 400 ms deadline: the deadline still caps
+// the budget, so the call starts at once instead of waiting 1 s for company and expiring.
 TEST_F(ServerTest, TheDeadlineCapsALongerLatencyBudget) {
   EmbedRequest request = EmbedOf("slow-queue", {"cannot wait either"});
   request.mutable_compute()->mutable_latency_budget()->set_seconds(10);
   EmbedResponse response;
-  const auto status = Embed(request, &response, std::chrono::milliseconds(80));
+  const auto status = Embed(request, &response, std::chrono::milliseconds(400));
   ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
   EXPECT_EQ(response.report().step_choice(), v1::BUDGET_FLOOR);
   const auto& budget = response.report().budget();
-  // The deadline travels as gRPC's rounded-up timeout: a little over 80 ms, far under 10 s.
-  EXPECT_LT(budget.seconds() * 1e3 + budget.nanos() / 1e6, 100.0) << "the report shows the budget it planned with";
+  // The deadline travels as gRPC's rounded-up timeout: a little over 400 ms, far under 10 s.
+  EXPECT_LT(budget.seconds() * 1e3 + budget.nanos() / 1e6, 500.0) << "the report shows the budget it planned with";
   ExpectStillServing();
 }
 
@@ -927,7 +928,7 @@ TEST(ServerLifecycle, SigtermDrainsInFlightCallsThenExitsZero) {
     EmbedResponse response;
     return stub->Embed(&context, [] {
       EmbedRequest r;
-      r.set_model("slow-queue");  // waits 300 ms in the batcher: in flight when SIGTERM arrives
+      r.set_model("slow-queue");  // waits 1 s in the batcher: in flight when SIGTERM arrives
       r.add_inputs("in flight during shutdown");
       return r;
     }(), &response);
@@ -950,7 +951,7 @@ TEST(ServerLifecycle, SigtermDrainsInFlightCallsThenExitsZero) {
   grpc::health::v1::HealthCheckRequest check;
   check.set_service("odeserve.v1.Inference");
   grpc::health::v1::HealthCheckResponse state;
-  // The in-flight call keeps the server up for ~250 ms more, so health must still answer.
+  // The in-flight call keeps the server up for ~950 ms more, so health must still answer.
   const auto health_status = health->Check(&health_context, check, &state);
   ASSERT_TRUE(health_status.ok()) << health_status.error_message();
   EXPECT_EQ(state.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
