@@ -43,6 +43,44 @@ def both(row):
     return "n/a / n/a" if row is None else "%s / %s" % (pct(row), pct(row, "macro_f1"))
 
 
+def english_baselines(base, windows):
+    """Table rows of the English test's baselines: majority, TF-IDF + LR on the full text and on
+    each window (pieces) the baselines file holds."""
+    lines = ["| baseline: majority | | | %s | |" % both(base["majority/sections-test-en"])]
+    for key, what in [("tfidf_lr", "full text")] + [("tfidf_lr_first%d" % w, "first %d pieces" % w) for w in windows]:
+        if key + "/sections-test-en" in base:
+            lines.append("| baseline: TF-IDF word 1-2-gram + LR, %s | | | %s | |" % (what, both(base[key + "/sections-test-en"])))
+    return lines
+
+
+def zero_shot_heading():
+    return ["", "### Zero-shot de / fr / it / da (500 each, labels seen only in English), accuracy (%)", "",
+            "| system | " + " | ".join(LANGS) + " |", "| --- | " + " | ".join("---" for _ in LANGS) + " |"]
+
+
+def target_lines(L, en_l, tfidf, zs):
+    """Issue 3's classifier targets: English accuracy at L against TF-IDF + LR, zero-shot per language
+    (zs: language -> (model, TF-IDF))."""
+    return ["- English accuracy at L = %d within 2 points of TF-IDF + LR: %.1f vs %.1f -> %s" % (
+                L, 100 * en_l, 100 * tfidf, "reached" if en_l >= tfidf - 0.02
+                else "NOT reached (%.1f points short)" % (100 * (tfidf - 0.02 - en_l))),
+            "- Zero-shot well above TF-IDF (taken as >= 5 points in every language): " +
+            ", ".join("%s %.1f vs %.1f" % (l, 100 * m, 100 * t) for l, (m, t) in zs.items()) +
+            " -> %s" % ("reached" if all(m >= t + 0.05 for m, t in zs.values()) else "NOT reached")]
+
+
+def served_table(served, python_path):
+    """The served-path lines: eval_served.py's command and figures beside the Python path's."""
+    command = served["command"]
+    lines = ["### Served path (C++ server over gRPC, the bundled config: compute_precision BFLOAT16)", "",
+             "`%s/usr/bin/python3 %s`" % ("" if command.startswith("models/") else "cd models; ", command), "",
+             "| dataset | steps | served accuracy / macro-F1 | Python path (fp32) |", "| --- | --- | --- | --- |"]
+    for r in served["results"]:
+        lines.append("| %s | %d | %s | %s |" % (r["dataset"], r["steps"], both(r),
+                                              both(python_path.get((r["dataset"], "EULER", r["steps"])))))
+    return lines
+
+
 def training_summary(run):
     args = json.load(open(os.path.join(run, "args.json")))
     steps = None
@@ -108,16 +146,8 @@ def section(a):
     for (ds, solver, n), row in new.items():
         if ds == "sections-test-en":
             W("| %s | %d | %d | %s | %s |" % (solver, n, n * FIELD_EVALS[solver], both(row), both(old.get((ds, solver, n)))))
-    W("| baseline: majority | | | %s | |" % both(base["majority/sections-test-en"]))
-    for key, what in (("tfidf_lr", "full text"), ("tfidf_lr_first%d" % windows[0], "first %d pieces" % windows[0]),
-                      ("tfidf_lr_first%d" % windows[1], "first %d pieces" % windows[1])):
-        if key + "/sections-test-en" in base:
-            W("| baseline: TF-IDF word 1-2-gram + LR, %s | | | %s | |" % (what, both(base[key + "/sections-test-en"])))
-    W("")
-    W("### Zero-shot de / fr / it / da (500 each, labels seen only in English), accuracy (%)")
-    W("")
-    W("| system | " + " | ".join(LANGS) + " |")
-    W("| --- | " + " | ".join("---" for _ in LANGS) + " |")
+    out.extend(english_baselines(base, windows))
+    out.extend(zero_shot_heading())
     for n in sorted({k[2] for k in new if k[0] == "sections-test-de"}):
         W("| %d tokens, Euler %d%s | " % (args["max_len"], n, " (= L)" if n == L else "") +
           " | ".join(pct(new.get(("sections-test-" + l, "EULER", n))) for l in LANGS) + " |")
@@ -127,26 +157,14 @@ def section(a):
         W("| TF-IDF + LR (English-trained), %s | " % what +
           " | ".join(pct(base.get(key + "/sections-test-" + l)) for l in LANGS) + " |")
     W("")
-    W("### Served path (C++ server over gRPC, the bundled config: compute_precision BFLOAT16)")
-    W("")
-    command = served["command"]
-    W("`%s/usr/bin/python3 %s`" % ("" if command.startswith("models/") else "cd models; ", command))
-    W("")
-    W("| dataset | steps | served accuracy / macro-F1 | Python path (fp32) |")
-    W("| --- | --- | --- | --- |")
-    for r in served["results"]:
-        W("| %s | %d | %s | %s |" % (r["dataset"], r["steps"], both(r), both(new.get((r["dataset"], "EULER", r["steps"])))))
+    out.extend(served_table(served, new))
     W("")
     en_l = new[("sections-test-en", "EULER", L)]["accuracy"]
     tfidf = base["tfidf_lr/sections-test-en"]["accuracy"]
     zs = {l: (new[("sections-test-" + l, "EULER", L)]["accuracy"], base["tfidf_lr/sections-test-" + l]["accuracy"]) for l in LANGS}
     W("### Targets (issue 3)")
     W("")
-    W("- English accuracy at L = %d within 2 points of TF-IDF + LR: %.1f vs %.1f -> %s" % (
-        L, 100 * en_l, 100 * tfidf, "reached" if en_l >= tfidf - 0.02 else "NOT reached (%.1f points short)" % (100 * (tfidf - 0.02 - en_l))))
-    W("- Zero-shot well above TF-IDF (taken as >= 5 points in every language): " +
-      ", ".join("%s %.1f vs %.1f" % (l, 100 * m, 100 * t) for l, (m, t) in zs.items()) +
-      " -> %s" % ("reached" if all(m >= t + 0.05 for m, t in zs.values()) else "NOT reached"))
+    out.extend(target_lines(L, en_l, tfidf, zs))
     W("")
     W(END)
     return "\n".join(out)

@@ -7,6 +7,7 @@ Randomly initialised tiny models (H=32, 2 heads, FFN 64, L=4, max_sequence_lengt
 same family code as the real models, a SentencePiece tokenizer (vocab ~500) trained here from
 tests/fixtures/descriptions-sample.txt. No network, no large data, < 60 s on one core.
 Models: tiny-albert, tiny-sharebert, tiny-eelbert (EMBEDDING), tiny-classifier (CLASSIFICATION),
+tiny-lexical (CLASSIFICATION: a ShareBERT encoder times a lexical expert riding in the ODE state),
 tiny-translator (TRANSLATION: shared encoder + shared decoder, L=4 each).
 quality.pbtxt holds agreement with the L-step Euler output on the sample (not task quality).
 """
@@ -31,6 +32,7 @@ torch.set_num_threads(1)
 from odeserve_models import families  # noqa: E402
 from odeserve_models.export import config_text, export_model, quality_text  # noqa: E402
 from odeserve_models.hashing import PieceHasher  # noqa: E402
+from odeserve_models.lexical import LexicalClassifier  # noqa: E402
 from odeserve_models.solvers import run  # noqa: E402
 from odeserve_models.text import Tokenizer, train_sentencepiece  # noqa: E402
 from odeserve_models.translation import SharedTranslator, beam_search  # noqa: E402
@@ -77,6 +79,16 @@ def agreement_profile(model, tok, texts, task):
             pts.append(dict(solver=solver, steps=n, metric=metric, value=v,
                             dataset="descriptions-sample (random-init test model)"))
     return pts[0]["metric"], pts
+
+
+@torch.no_grad()
+def with_random_lexical_expert(encoder, vocab):
+    """The classifier of models/odeserve_models/lexical.py: its state is wider than the encoder's
+    (the lexical channels), which the server's batching, solvers and row exits must carry."""
+    model = LexicalClassifier(encoder, vocab, len(LABELS), buckets=101, weight=0.8).eval()
+    g = torch.Generator().manual_seed(11)
+    model.lexical.copy_(torch.randn(model.lexical.shape, generator=g))
+    return model
 
 
 @torch.no_grad()
@@ -143,6 +155,8 @@ def main():
             ("tiny-sharebert", "sharebert", "EMBEDDING", dict(vocab=None, emb=EMB), H, "test model: ShareBERT-style, random init"),
             ("tiny-eelbert", "eelbert", "EMBEDDING", dict(hash_dim=HASH["dim"]), H, "test model: EELBERT-style hashed n-grams, random init"),
             ("tiny-classifier", "albert", "CLASSIFICATION", dict(vocab=None, emb=EMB), len(LABELS), "test model: ALBERT-style classifier, random init"),
+            ("tiny-lexical", "sharebert", "CLASSIFICATION", dict(vocab=None, emb=EMB), len(LABELS),
+             "test model: ShareBERT-style classifier times a lexical expert (piece uni/bigrams), random init"),
         ]
         for i, (name, fam, task, kw, out_dim, desc) in enumerate(specs):
             torch.manual_seed(1000 + i)
@@ -161,6 +175,8 @@ def main():
                         p.mul_(12.0 if task == "EMBEDDING" else 2.0) if pn != "b_1" and pn != "b_2" else p.normal_(0, 0.1)
             if task == "CLASSIFICATION":
                 spread_head(model, tok, texts)
+            if name == "tiny-lexical":
+                model = with_random_lexical_expert(model, tok.sp.get_piece_size())
             metric, pts = agreement_profile(model, tok, eval_texts, task)
             cfg = config_text(name, model, task, desc, T, steps=(1, 8, 4),
                               labels=LABELS if task == "CLASSIFICATION" else (), languages=LANGS,

@@ -11,6 +11,7 @@ from . import families
 from .baselines import macro_f1, recall_at_k
 from .data import Encoded
 from .hashing import PieceHasher
+from .lexical import LexicalClassifier
 from .solvers import solve
 from .text import Tokenizer
 
@@ -38,10 +39,17 @@ class Runner:
 
     @torch.no_grad()
     def outputs(self, texts: Sequence[str], steps: int, solver: str = "EULER") -> np.ndarray:
-        chunks = self._h0(texts)
+        return self._per_text(texts, lambda h0, m: self.model.output_stage(solve(self.model, h0, m, steps, solver), m))
+
+    @torch.no_grad()
+    def lexical_outputs(self, texts: Sequence[str]) -> np.ndarray:
+        """A LexicalClassifier's lexical expert alone (its channels are the same at every step)."""
+        return self._per_text(texts, lambda h0, m: self.model.experts(h0, m)[1])
+
+    def _per_text(self, texts: Sequence[str], compute) -> np.ndarray:
         out = [None] * len(texts)
-        for idx, h0, m in chunks:
-            y = self.model.output_stage(solve(self.model, h0, m, steps, solver), m).numpy()
+        for idx, h0, m in self._h0(texts):
+            y = compute(h0, m).numpy()
             for k, j in enumerate(idx):
                 out[j] = y[k]
         return np.stack(out)
@@ -80,6 +88,11 @@ def load_run(run_dir: str, task: str, which: str = "final.pt"):
         sd["head.weight"] = ck["cls"]["weight"]; sd["head.bias"] = ck["cls"]["bias"]
     missing, unexpected = model.load_state_dict(sd, strict=False)
     assert not unexpected and all(k in families.PREPARED_MATRICES for k in missing), (missing, unexpected)
+    if task == "CLASSIFICATION" and "lexical" in ck:
+        lx = ck["lexical"]
+        model = LexicalClassifier(model, a["vocab"], len(labels), buckets=lx["buckets"], weight=lx["weight"],
+                                  length_power=lx["length_power"])
+        model.lexical.data.copy_(lx["table"]); model.lexical_bias.data.copy_(lx["bias"])
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)

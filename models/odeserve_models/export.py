@@ -102,8 +102,9 @@ def quality_text(primary_metric: str, points: List[Dict]) -> str:
 
 def save_torchscript(model: SharedEncoderBase, path: str) -> None:
     model = model.eval()
-    if isinstance(model, ShareBertEncoder):
-        model.clear_prepared()  # the sliced matrices are materialized by prepare() at load
+    encoder = getattr(model, "encoder", model)  # a LexicalClassifier wraps its encoder
+    if isinstance(encoder, ShareBertEncoder):
+        encoder.clear_prepared()  # the sliced matrices are materialized by prepare() at load
     for p in model.parameters():
         p.requires_grad_(False)
     scripted = torch.jit.script(model)

@@ -39,6 +39,7 @@ from odeserve_models.cpu import autocast_enabled  # noqa: E402
 from odeserve_models.data import Encoded, load_jsonl  # noqa: E402
 from odeserve_models.hashing import PieceHasher  # noqa: E402
 from odeserve_models.mlm import MlmHead, integrate, mask_sequences, mlm_logits  # noqa: E402
+from odeserve_models.progress import progress_log  # noqa: E402
 from odeserve_models.text import Tokenizer  # noqa: E402
 
 PAIR_LANGS = {"de": 3.0, "fr": 2.0, "it": 1.5, "da": 1.5, "es": 1, "pt": 1, "ru": 1, "pl": 1,
@@ -202,12 +203,7 @@ def main():
         raise SystemExit("--teacher distils into the section classifier: it needs --objective classify")
     torch.set_num_threads(a.threads)
     os.makedirs(a.out, exist_ok=True)
-    log = open(os.path.join(a.out, "train.log"), "a")
-
-    def say(*s):
-        msg = time.strftime("%H:%M:%S ") + " ".join(str(x) for x in s)
-        print(msg, flush=True)
-        log.write(msg + "\n"); log.flush()
+    say = progress_log(os.path.join(a.out, "train.log"))
 
     torch.manual_seed(a.seed); random.seed(a.seed); np.random.seed(a.seed)
     rng = random.Random(a.seed)

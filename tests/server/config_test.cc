@@ -76,7 +76,8 @@ class ModelCopy {
 };
 
 TEST(LoadModelConfig, EveryTinyModelLoads) {
-  for (const std::string model : {"tiny-albert", "tiny-sharebert", "tiny-eelbert", "tiny-classifier", "tiny-translator"}) {
+  for (const std::string model :
+       {"tiny-albert", "tiny-sharebert", "tiny-eelbert", "tiny-classifier", "tiny-lexical", "tiny-translator"}) {
     ModelCopy copy(model);
     auto config = LoadModelConfig(copy.dir());
     ASSERT_TRUE(config.ok()) << model << ": " << config.status();
@@ -89,9 +90,9 @@ TEST(LoadModelConfig, EveryTinyModelLoads) {
     EXPECT_EQ(config->batching().max_batch_size(), 16);
     EXPECT_EQ(config->batching().max_batch_tokens(), 512);
     EXPECT_EQ(config->batching().max_queue_size(), 64);
-    EXPECT_EQ(config->task(), model == "tiny-classifier"   ? v1::CLASSIFICATION
-                              : model == "tiny-translator" ? v1::TRANSLATION
-                                                           : v1::EMBEDDING);
+    EXPECT_EQ(config->task(), model == "tiny-classifier" || model == "tiny-lexical" ? v1::CLASSIFICATION
+                              : model == "tiny-translator"                          ? v1::TRANSLATION
+                                                                                    : v1::EMBEDDING);
     EXPECT_EQ(config->tokenizer().input_kind(),
               model == "tiny-eelbert" ? v1::HASHED_NGRAMS : v1::TOKEN_IDS);
     auto profile = LoadQualityProfile(*config, copy.dir());
@@ -441,12 +442,12 @@ TEST(ListModelFolders, ASymlinkLoopIsListedNotThrown) {
   fs::remove_all(root);
 }
 
-TEST(ListModelFolders, TestRepositoryHoldsTheFiveTinyModels) {
+TEST(ListModelFolders, TestRepositoryHoldsTheSixTinyModels) {
   auto folders = ListModelFolders(kRepository);
   ASSERT_TRUE(folders.ok()) << folders.status();
   EXPECT_EQ(*folders, (std::vector<fs::path>{kRepository / "tiny-albert", kRepository / "tiny-classifier",
-                                             kRepository / "tiny-eelbert", kRepository / "tiny-sharebert",
-                                             kRepository / "tiny-translator"}));
+                                             kRepository / "tiny-eelbert", kRepository / "tiny-lexical",
+                                             kRepository / "tiny-sharebert", kRepository / "tiny-translator"}));
 }
 
 TEST(ListModelFolders, MissingRepositoryIsNotFound) {
