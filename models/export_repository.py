@@ -83,6 +83,11 @@ def main():
                if args.get("objective") == "classify" else "jointly with the contrastive objective"))
     if a.task == "EMBEDDING" and args.get("init"):
         how += "; training continued from an earlier export (%s at the time)" % args["init"]
+    if a.task == "CLASSIFICATION" and args.get("lexical"):
+        lx = args["lexical"]
+        how += ("; times a lexical expert (log-probabilities added with weight %.2f): a linear layer over the "
+                "window's piece unigrams and %d hashed piece bigrams, trained on English sections, carried in "
+                "%d extra state channels that the field leaves unchanged" % (lx["weight"], lx["buckets"], len(labels)))
     desc = DESCRIPTIONS[args["family"]].format(how=how, **args)
     hash_cfg = dict(dim=args["hash_dim"], seed=args["hash_seed"], orders=[2, 3, 4]) if args["family"] == "eelbert" else None
     cfg = config_text(a.name, model, a.task, desc, args["max_len"], steps=(1, 2 * L, L),

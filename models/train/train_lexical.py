@@ -8,14 +8,18 @@
    hashed piece bigrams of a description's first max_len pieces (the window the server reads),
    trained with cross-entropy on the English training descriptions only; its L2 penalty and
    length normalization are chosen on the first half of the English validation split.
-2. The product-of-experts weight is chosen on the same half, from the encoder's validation
-   log-probabilities at 1, 2, 4 and L Euler steps (mean accuracy), and checked on the second half.
+2. The product-of-experts weight, and whether the lexical expert keeps its bias (its class prior,
+   which it adds to every text it knows nothing about, such as a German one), are chosen from the
+   encoder's log-probabilities at 1, 2, 4 and L Euler steps on that half and on zero-shot
+   validation sets (the de/fr/it/da translations of validation packages): the mean over steps of
+   (English accuracy + mean zero-shot accuracy) / 2. The second English half checks the choice.
 3. Writes a run folder that export_repository.py reads: args.json, final.pt (encoder, head and
    the lexical expert) and a log. The encoder's weights are the classifier's, unchanged.
 """
 import argparse
 import json
 import os
+import random
 import re
 import sys
 import time
@@ -32,6 +36,8 @@ from odeserve_models.evaluation import Runner  # noqa: E402
 from odeserve_models.lexical import DEFAULT_BUCKETS, feature_rows  # noqa: E402
 from odeserve_models.progress import progress_log  # noqa: E402
 from odeserve_models.text import Tokenizer  # noqa: E402
+
+ZERO_SHOT_LANGS = ("de", "fr", "it", "da")
 
 
 def config_value(text, key):
@@ -98,6 +104,7 @@ def main():
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--seed", type=int, default=20261204)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--zero-shot-rows", type=int, default=400, help="validation translations per language")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -142,44 +149,65 @@ def main():
     say("chosen: length power %g, l2 %g, epoch %d (validation half 1: %.4f)" % (
         best["length_power"], best["l2"], best["epoch"], best["accuracy"]))
 
-    def lexical_logprobs(ids):
+    def lexical_logprobs(ids, keep_bias):
         bag = bags(ids, vocab, a.buckets, best["length_power"])
+        bias = best["bias"] if keep_bias else torch.zeros_like(best["bias"])
         with torch.no_grad():
-            return F.log_softmax(lexical_logits(best["table"], best["bias"], bag, torch.arange(len(ids))), -1).numpy()
+            return F.log_softmax(lexical_logits(best["table"], bias, bag, torch.arange(len(ids))), -1).numpy()
 
+    # Validation sets of the product: the two English halves, and zero-shot sets (the translated
+    # descriptions of validation packages, labelled with their package's section), because the
+    # weight trades English accuracy against the encoder's cross-lingual transfer.
+    sets = {"choose": ([r["text"] for r in choose], choose_ids, y_choose.numpy()),
+            "check": ([r["text"] for r in check], check_ids, y_check.numpy())}
+    for lang in ZERO_SHOT_LANGS:
+        rows = load_jsonl("pairs-valid-%s.jsonl" % lang)
+        random.Random(a.seed).shuffle(rows)
+        rows = rows[:a.zero_shot_rows]
+        sets[lang] = ([r["xx"] for r in rows], [tok.ids(r["xx"]) for r in rows],
+                      np.array([lab_id[r["label"]] for r in rows]))
     # the encoder expert: the exported classifier through the Python mirror of the solver loop
     encoder_module = torch.jit.load(os.path.join(a.classifier, "model.pt"))
+    if "lexical" in encoder_module.state_dict():
+        raise SystemExit("%s already holds a lexical expert: give the encoder-only classifier" % a.classifier)
     runner = Runner(encoder_module, Encoded(tok))
     steps = sorted({1, 2, 4, depth})
-    deep = {}
-    for name, rows in (("choose", choose), ("check", check)):
-        texts = [r["text"] for r in rows]
+    deep, lex = {}, {}
+    for name, (texts, ids, y) in sets.items():
         for n in steps:
             t = time.time()
             deep[name, n] = torch.log_softmax(torch.from_numpy(runner.outputs(texts, n)), -1).numpy()
-            say("encoder expert on validation half %s at %d steps: %.4f (%.0fs)" % (
-                name, n, (deep[name, n].argmax(1) == (y_choose if name == "choose" else y_check).numpy()).mean(),
-                time.time() - t))
-    lex = {"choose": lexical_logprobs(choose_ids), "check": lexical_logprobs(check_ids)}
-    ys = {"choose": y_choose.numpy(), "check": y_check.numpy()}
+            say("encoder expert on validation set %s at %d steps: %.4f (%.0fs)" % (
+                name, n, (deep[name, n].argmax(1) == y).mean(), time.time() - t))
+        for keep_bias in (True, False):
+            lex[name, keep_bias] = lexical_logprobs(ids, keep_bias)
 
-    def combined_accuracy(name, weight, n):
-        return float(((deep[name, n] + weight * lex[name]).argmax(1) == ys[name]).mean())
+    def accuracy(name, weight, keep_bias, n):
+        return float(((deep[name, n] + weight * lex[name, keep_bias]).argmax(1) == sets[name][2]).mean())
 
-    weights = [0.25 * i for i in range(1, 17)]
-    scores = {w: np.mean([combined_accuracy("choose", w, n) for n in steps]) for w in weights}
-    weight = max(weights, key=lambda w: (scores[w], -w))
-    say("product weight %.2f (mean validation-half-1 accuracy over steps %s: %.4f)" % (weight, steps, scores[weight]))
-    for name in ("choose", "check"):
-        say("validation half %s: lexical alone %.4f;" % (name, float((lex[name].argmax(1) == ys[name]).mean())),
+    def objective(weight, keep_bias):
+        """Mean over step counts of (English accuracy + mean zero-shot accuracy) / 2."""
+        return np.mean([(accuracy("choose", weight, keep_bias, n) +
+                         np.mean([accuracy(l, weight, keep_bias, n) for l in ZERO_SHOT_LANGS])) / 2 for n in steps])
+
+    grid = [(0.25 * i, keep_bias) for i in range(1, 25) for keep_bias in (True, False)]
+    scores = {g: objective(*g) for g in grid}
+    weight, keep_bias = max(grid, key=lambda g: (scores[g], -g[0]))
+    say("product weight %.2f, lexical bias %s (objective over steps %s: %.4f; the English half alone "
+        "would choose weight %.2f)" % (weight, "kept" if keep_bias else "dropped", steps, scores[weight, keep_bias],
+                                       max(grid, key=lambda g: np.mean([accuracy("choose", g[0], g[1], n) for n in steps]))[0]))
+    for name in sets:
+        say("validation set %s: lexical alone %.4f;" % (name, float((lex[name, keep_bias].argmax(1) == sets[name][2]).mean())),
             ", ".join("%d steps encoder %.4f -> combined %.4f" % (
-                n, float((deep[name, n].argmax(1) == ys[name]).mean()), combined_accuracy(name, weight, n))
+                n, float((deep[name, n].argmax(1) == sets[name][2]).mean()), accuracy(name, weight, keep_bias, n))
                 for n in steps))
+    if not keep_bias:
+        best["bias"] = torch.zeros_like(best["bias"])
 
     stored = encoder_module.state_dict()
     encoder = {k: v for k, v in stored.items() if k not in families.PREPARED_MATRICES and not k.startswith("head.")}
     cls = {"weight": stored["head.weight"], "bias": stored["head.bias"]}
-    lexical = dict(table=best["table"], bias=best["bias"], buckets=a.buckets, weight=weight,
+    lexical = dict(table=best["table"], bias=best["bias"], buckets=a.buckets, weight=weight, keep_bias=keep_bias,
                    length_power=best["length_power"], l2=best["l2"], epoch=best["epoch"])
     family = config_value(cfg, "family")
     hidden = int(config_value(cfg, "hidden_size"))
