@@ -93,6 +93,44 @@ class Server:
         return code
 
 
+class HealthProbe:
+    """grpc.health.v1 Check over one channel kept open (python3-grpcio; the request and reply are
+    encoded by hand, so no generated stubs are needed). check_ms() is the call's latency in ms,
+    or None where grpcio is missing or the call failed (counted in failures)."""
+
+    def __init__(self, address, service):
+        self.failures = 0
+        try:
+            import grpc
+        except ImportError:
+            self.channel = None
+            return
+        self.channel = grpc.insecure_channel(address)
+        name = service.encode()
+        self.request = b"\x0a" + bytes([len(name)]) + name  # field 1 (service), length-delimited
+        self.check = self.channel.unary_unary("/grpc.health.v1.Health/Check",
+                                              request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        self.check(self.request, timeout=5)  # connect before the load starts
+
+    def check_ms(self):
+        if self.channel is None:
+            return None
+        t0 = time.monotonic()
+        try:
+            reply = self.check(self.request, timeout=2)
+        except Exception:  # noqa: BLE001 - any failed call counts, the run goes on
+            self.failures += 1
+            return None
+        if reply != b"\x08\x01":  # status = SERVING
+            self.failures += 1
+            return None
+        return (time.monotonic() - t0) * 1000
+
+    def close(self):
+        if self.channel is not None:
+            self.channel.close()
+
+
 def saturation_rate(sweep):
     """The sweep's saturation, or its best level's throughput where no level was healthy (the
     sweep then writes saturation_rps 0); None where it served nothing. Never 0: a rate of 0 would
@@ -305,7 +343,8 @@ def main():
     # 6. Overload at 3x saturation for 60 s.
     if "overload" not in skip:
         server = start_server(args.repository, "overload")
-        samples = {"health_ms": [], "rss_kib": [], "rss_after_warmup": []}
+        samples = {"health_ms": [], "health_rpc_ms": [], "rss_kib": [], "rss_after_warmup": []}
+        probe = HealthProbe(server.address, "odeserve.v1.Inference")
         stop = threading.Event()
         warmup_s = 2
         measured_from = time.monotonic() + warmup_s
@@ -318,6 +357,9 @@ def main():
                 subprocess.run([cli, "--address", server.address, "--deadline", "2s", "health", "odeserve.v1.Inference"],
                                capture_output=True)
                 samples["health_ms"].append((time.monotonic() - t0) * 1000)
+                rpc_ms = probe.check_ms()
+                if rpc_ms is not None:
+                    samples["health_rpc_ms"].append(rpc_ms)
                 if time.monotonic() - last_rss >= 1:
                     samples["rss_kib"].append(server.rss_kib())
                     if time.monotonic() >= measured_from:
@@ -336,6 +378,8 @@ def main():
         # rss_kib_per_second).
         rss = samples["rss_after_warmup"] or samples["rss_kib"]
         health = sorted(samples["health_ms"])
+        health_rpc = sorted(samples["health_rpc_ms"])
+        probe.close()
         ok_calls = r["overall"]["ok"]
         result["overload_3x"] = {
             "requests": r["requests"], "ok": ok_calls, "errors_by_code": r["overall"]["errors"],
@@ -343,6 +387,11 @@ def main():
             "health_ms_max": health[-1] if health else None,
             "health_ms_p50": health[len(health) // 2] if health else None,
             "note_health": "includes odeserve-cli process start (fork/exec, channel setup)",
+            # the same check on one channel kept open for the whole run: the server's own answer
+            # time under the load (None where python3-grpcio is missing)
+            "health_rpc_ms_max": health_rpc[-1] if health_rpc else None,
+            "health_rpc_ms_p50": health_rpc[len(health_rpc) // 2] if health_rpc else None,
+            "health_rpc_failures": probe.failures,
             "rss_kib_first": rss[0] if rss else None, "rss_kib_last": rss[-1] if rss else None,
             "rss_kib_max": max(rss) if rss else None,
             "rss_growth_pct": (100.0 * (rss[-1] - rss[0]) / rss[0]) if rss else None,

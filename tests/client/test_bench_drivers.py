@@ -49,3 +49,46 @@ class Describe(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class HealthProbeOverOneChannel(unittest.TestCase):
+    """budget_benchmarks.HealthProbe against an in-process grpc.health.v1 stand-in that answers
+    with the status bytes under test and records what it was asked."""
+
+    def setUp(self):
+        try:
+            import grpc
+        except ImportError:
+            self.skipTest("python3-grpcio is not installed")
+        from concurrent import futures
+        self.reply, self.asked = b"\x08\x01", []
+
+        def check(request, context):
+            self.asked.append(request)
+            return self.reply
+
+        handler = grpc.method_handlers_generic_handler("grpc.health.v1.Health", {
+            "Check": grpc.unary_unary_rpc_method_handler(check, request_deserializer=lambda b: b,
+                                                         response_serializer=lambda b: b)})
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), handlers=[handler])
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+        self.probe = budget_benchmarks.HealthProbe("127.0.0.1:%d" % port, "odeserve.v1.Inference")
+
+    def tearDown(self):
+        self.probe.close()
+        self.server.stop(None)
+
+    def test_serving_gives_a_latency_and_asks_for_the_service(self):
+        ms = self.probe.check_ms()
+        self.assertIsNotNone(ms)
+        self.assertGreater(ms, 0)
+        self.assertEqual(self.asked[-1], b"\x0a\x15odeserve.v1.Inference")
+        self.assertEqual(self.probe.failures, 0)
+
+    def test_not_serving_and_failed_calls_count_as_failures(self):
+        self.reply = b"\x08\x02"  # NOT_SERVING
+        self.assertIsNone(self.probe.check_ms())
+        self.server.stop(None)
+        self.assertIsNone(self.probe.check_ms())
+        self.assertEqual(self.probe.failures, 2)
