@@ -1,6 +1,7 @@
 // End-to-end: the real odeserve binary on loopback, a test model repository of tiny models of
 // every family (plus a deliberately broken one and a slow-queue one), called over real gRPC.
 
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -895,7 +896,14 @@ TEST_F(ServerTest, BatchMetricsCountTheBatchesThatRan) {
   const double tokens_before = std::max(0.0, MetricValue(page_before, tokens));
   EmbedResponse response;
   ASSERT_TRUE(Embed(EmbedOf("tiny-albert", {"one batch of one call"}), &response).ok());
-  const std::string page = testing::HttpGet(server_->metrics_port(), "/metrics");
+  // The call is answered when its rows finish; the batch is recorded after the executor returns,
+  // so a scrape right after the answer may come first.
+  std::string page = testing::HttpGet(server_->metrics_port(), "/metrics");
+  for (const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+       MetricValue(page, batches) < batches_before + 1 && std::chrono::steady_clock::now() < give_up;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    page = testing::HttpGet(server_->metrics_port(), "/metrics");
+  }
   EXPECT_EQ(MetricValue(page, batches), batches_before + 1) << page;
   EXPECT_EQ(MetricValue(page, tokens), tokens_before + 1);
   EXPECT_EQ(MetricValue(page, "odeserve_queue_depth{model=\"tiny-albert\"}"), 0) << "nothing is left queued";
