@@ -60,8 +60,8 @@ def section(a):
       "this model keeps unchanged." % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                        os.path.relpath(a.run, os.path.dirname(HERE)), a.date))
     W("")
-    W("**What changed.** The encoder fits its English training descriptions far better than new ones (86.9%% "
-      "against 69.0%%, `classifier_fit_gap.py`), while a linear model over words generalizes better in English. "
+    W("**What changed.** The encoder fits its English training descriptions far better than new ones (section "
+      "\"Experiment, 2026-12-02\" below), while a linear model over words generalizes better in English. "
       "The classifier is now a product of two experts, `log_softmax(encoder) + %.2f * log_softmax(lexical)` "
       "(`odeserve_models/lexical.py`). The lexical expert is one linear layer over the %d piece unigrams and "
       "%d hashed piece bigrams of the same %d-token window, trained with cross-entropy on the English training "

@@ -107,6 +107,8 @@ class HealthProbe:
             return
         self.channel = grpc.insecure_channel(address)
         name = service.encode()
+        if len(name) > 127:  # one length byte: longer names need a multi-byte varint
+            raise ValueError("health service name longer than 127 bytes: %r" % service)
         self.request = b"\x0a" + bytes([len(name)]) + name  # field 1 (service), length-delimited
         self.check = self.channel.unary_unary("/grpc.health.v1.Health/Check",
                                               request_serializer=lambda b: b, response_deserializer=lambda b: b)

@@ -17,7 +17,7 @@ def read_config(path: str) -> dict:
     def one(key, cast=str, default=None):
         m = re.search(r"^\s*%s:\s*\"?([^\"\n]*)\"?" % key, txt, re.M)
         return cast(m.group(1)) if m else default
-    cfg = dict(name=one("name"), task=one("task"), trained_depth=one("trained_depth", int),
+    cfg = dict(name=one("name"), task=one("task"), family=one("family"), trained_depth=one("trained_depth", int),
                max_len=one("max_sequence_length", int), input_kind=one("input_kind"),
                labels=re.findall(r'^labels:\s*"([^"]*)"', txt, re.M))
     if cfg["input_kind"] == "HASHED_NGRAMS":

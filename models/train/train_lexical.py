@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Train the lexical expert of a section classifier and combine it with the served encoder.
 
-    cd models; nice /usr/bin/python3 train/train_lexical.py --classifier repository/classify-sections \
-        --out work/runs/classify-lexical
+    cd models; nice /usr/bin/python3 train/train_lexical.py --classifier ENCODER_ONLY_FOLDER \
+        --out work/runs/classify-lexical    (models/README.md: the folder of commit 4956593)
 
 1. The lexical expert (odeserve_models/lexical.py): one linear layer over the piece unigrams and
    hashed piece bigrams of a description's first max_len pieces (the window the server reads),
@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import random
-import re
 import sys
 import time
 
@@ -35,16 +34,9 @@ from odeserve_models.data import Encoded, load_jsonl  # noqa: E402
 from odeserve_models.evaluation import Runner  # noqa: E402
 from odeserve_models.lexical import DEFAULT_BUCKETS, feature_rows  # noqa: E402
 from odeserve_models.progress import progress_log  # noqa: E402
-from odeserve_models.text import Tokenizer  # noqa: E402
+from odeserve_models.verify import load_model_dir  # noqa: E402
 
 ZERO_SHOT_LANGS = ("de", "fr", "it", "da")
-
-
-def config_value(text, key):
-    m = re.search(r"^%s: (\S+)" % key, text, re.M)
-    if not m:
-        raise ValueError("config.pbtxt has no %s" % key)
-    return m.group(1).strip('"')
 
 
 def bags(seqs, vocab, buckets, length_power):
@@ -65,7 +57,7 @@ def lexical_logits(table, bias, bag, index):
     return F.embedding_bag(rows, table, offsets, mode="sum", per_sample_weights=weights) + bias
 
 
-def train_expert(train_bag, y, n_rows, classes, l2, epochs, lr, batch, seed, say, valid=None):
+def train_expert(train_bag, y, n_rows, classes, l2, epochs, lr, batch, seed, say, valid):
     """Adam on cross-entropy + l2 * mean squared table entry; returns the table and bias of the
     epoch with the best validation accuracy (valid = (bag, labels)) and that accuracy."""
     g = torch.Generator().manual_seed(seed)
@@ -111,12 +103,14 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     say = progress_log(os.path.join(a.out, "log.txt"))
 
-    cfg = open(os.path.join(a.classifier, "config.pbtxt")).read()
-    max_len = int(config_value(cfg, "max_sequence_length"))
-    depth = int(config_value(cfg, "trained_depth"))
-    labels = re.findall(r'^labels: "([^"]+)"', cfg, re.M)
+    # the encoder expert: the exported classifier, run through the Python mirror of the solver loop
+    cfg, tok, encoder_module = load_model_dir(a.classifier)
+    if cfg["task"] != "CLASSIFICATION" or cfg["family"] not in ("sharebert", "albert"):
+        raise SystemExit("%s: a token-id classifier (ShareBERT or ALBERT) is needed" % a.classifier)
+    if "lexical" in encoder_module.state_dict():
+        raise SystemExit("%s already holds a lexical expert: give the encoder-only classifier" % a.classifier)
+    max_len, depth, labels = cfg["max_len"], cfg["trained_depth"], cfg["labels"]
     tokenizer = os.path.join(a.classifier, "tokenizer.model")
-    tok = Tokenizer(tokenizer, max_len)
     vocab = tok.sp.get_piece_size()
     lab_id = {l: i for i, l in enumerate(labels)}
     say("classifier", a.classifier, "window", max_len, "vocab", vocab, "labels", len(labels), "buckets", a.buckets)
@@ -166,10 +160,6 @@ def main():
         rows = rows[:a.zero_shot_rows]
         sets[lang] = ([r["xx"] for r in rows], [tok.ids(r["xx"]) for r in rows],
                       np.array([lab_id[r["label"]] for r in rows]))
-    # the encoder expert: the exported classifier through the Python mirror of the solver loop
-    encoder_module = torch.jit.load(os.path.join(a.classifier, "model.pt"))
-    if "lexical" in encoder_module.state_dict():
-        raise SystemExit("%s already holds a lexical expert: give the encoder-only classifier" % a.classifier)
     runner = Runner(encoder_module, Encoded(tok))
     steps = sorted({1, 2, 4, depth})
     deep, lex = {}, {}
@@ -209,12 +199,10 @@ def main():
     cls = {"weight": stored["head.weight"], "bias": stored["head.bias"]}
     lexical = dict(table=best["table"], bias=best["bias"], buckets=a.buckets, weight=weight, keep_bias=keep_bias,
                    length_power=best["length_power"], l2=best["l2"], epoch=best["epoch"])
-    family = config_value(cfg, "family")
-    hidden = int(config_value(cfg, "hidden_size"))
+    family = cfg["family"]
     emb = stored["E"].shape[1] if family == "sharebert" else stored["tok"].shape[1]
-    ffn = stored["b_1"].shape[0]
-    heads = int(re.search(r"(\d+) heads", cfg).group(1))
-    args = dict(family=family, objective="classify", vocab=vocab, emb=emb, hidden=hidden, heads=heads, ffn=ffn,
+    args = dict(family=family, objective="classify", vocab=vocab, emb=emb, hidden=int(encoder_module.hidden_size),
+                heads=int(encoder_module.num_heads), ffn=int(encoder_module.ffn_size),
                 depth=depth, max_len=max_len, labels=labels, tokenizer=os.path.abspath(tokenizer),
                 steps_mode="robust", init=os.path.abspath(os.path.join(a.classifier, "model.pt")),
                 lexical=dict((k, v) for k, v in lexical.items() if k not in ("table", "bias")))
