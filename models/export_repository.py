@@ -88,6 +88,12 @@ def main():
         how += ("; times a lexical expert (log-probabilities added with weight %.2f): a linear layer over the "
                 "window's piece unigrams and %d hashed piece bigrams, trained on English sections, carried in "
                 "%d extra state channels that the field leaves unchanged" % (lx["weight"], lx["buckets"], len(labels)))
+    if a.task == "CLASSIFICATION" and args.get("probe"):
+        pr = args["probe"]
+        how += ("; times a cross-lingual expert (weight %.2f): a linear probe, trained on English sections, on the "
+                "normalized sentence embedding of embed-eelbert's frozen encoder (H=%d, its own shared block evolved "
+                "in the same ODE state over the first %d pieces; hashed n-gram features of each vocabulary piece "
+                "precomputed at export)" % (pr["product_weight"], pr["embedder_hidden"], pr["window"]))
     desc = DESCRIPTIONS[args["family"]].format(how=how, **args)
     hash_cfg = dict(dim=args["hash_dim"], seed=args["hash_seed"], orders=[2, 3, 4]) if args["family"] == "eelbert" else None
     cfg = config_text(a.name, model, a.task, desc, args["max_len"], steps=(1, 2 * L, L),

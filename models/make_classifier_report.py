@@ -53,6 +53,21 @@ def english_baselines(base, windows):
     return lines
 
 
+def english_solver_rows(rows, previous):
+    """English test rows of every (solver, steps) evaluated: field evaluations, the model's
+    accuracy / macro-F1 and the previous model's (an expert's own rows, LEXICAL or PROBE, are not
+    solver rows)."""
+    return ["| %s | %d | %d | %s | %s |" % (solver, n, n * FIELD_EVALS[solver], both(row), both(previous.get((ds, solver, n))))
+            for (ds, solver, n), row in rows.items() if ds == "sections-test-en" and solver in FIELD_EVALS]
+
+
+def zero_shot_rows(rows, name, L):
+    """Zero-shot table rows of the model at every Euler step count evaluated."""
+    return ["| %s, Euler %d%s | " % (name, n, " (= L)" if n == L else "") +
+            " | ".join(pct(rows.get(("sections-test-" + l, "EULER", n))) for l in LANGS) + " |"
+            for n in sorted({k[2] for k in rows if k[0] == "sections-test-de" and k[1] == "EULER"})]
+
+
 def zero_shot_heading():
     return ["", "### Zero-shot de / fr / it / da (500 each, labels seen only in English), accuracy (%)", "",
             "| system | " + " | ".join(LANGS) + " |", "| --- | " + " | ".join("---" for _ in LANGS) + " |"]
@@ -67,6 +82,18 @@ def target_lines(L, en_l, tfidf, zs):
             "- Zero-shot well above TF-IDF (taken as >= 5 points in every language): " +
             ", ".join("%s %.1f vs %.1f" % (l, 100 * m, 100 * t) for l, (m, t) in zs.items()) +
             " -> %s" % ("reached" if all(m >= t + 0.05 for m, t in zs.values()) else "NOT reached")]
+
+
+def targets_section(rows, base, L):
+    """The "Targets (issue 3)" lines of a classifier report from its evaluation rows: English and
+    zero-shot accuracy at L against TF-IDF + LR, and the retention of the English accuracy."""
+    en_l = rows[("sections-test-en", "EULER", L)]["accuracy"]
+    zs = {l: (rows[("sections-test-" + l, "EULER", L)]["accuracy"], base["tfidf_lr/sections-test-" + l]["accuracy"])
+          for l in LANGS}
+    retention = {n: rows[("sections-test-en", "EULER", n)]["accuracy"] / en_l for n in (L // 2, L // 4)}
+    return (["### Targets (issue 3)", ""] + target_lines(L, en_l, base["tfidf_lr/sections-test-en"]["accuracy"], zs) +
+            ["- Retention of the L-step English accuracy: %s" % ", ".join(
+                "%.1f%% at %d steps" % (100 * v, n) for n, v in retention.items()), ""])
 
 
 def served_table(served, python_path):
@@ -143,14 +170,10 @@ def section(a):
     W("")
     W("| solver | steps | field evals | %d tokens (served) | %d tokens (previous) |" % (args["max_len"], a.previous_max_len))
     W("| --- | --- | --- | --- | --- |")
-    for (ds, solver, n), row in new.items():
-        if ds == "sections-test-en":
-            W("| %s | %d | %d | %s | %s |" % (solver, n, n * FIELD_EVALS[solver], both(row), both(old.get((ds, solver, n)))))
+    out.extend(english_solver_rows(new, old))
     out.extend(english_baselines(base, windows))
     out.extend(zero_shot_heading())
-    for n in sorted({k[2] for k in new if k[0] == "sections-test-de"}):
-        W("| %d tokens, Euler %d%s | " % (args["max_len"], n, " (= L)" if n == L else "") +
-          " | ".join(pct(new.get(("sections-test-" + l, "EULER", n))) for l in LANGS) + " |")
+    out.extend(zero_shot_rows(new, "%d tokens" % args["max_len"], L))
     W("| %d tokens (previous), Euler %d | " % (a.previous_max_len, L) +
       " | ".join(pct(old.get(("sections-test-" + l, "EULER", L))) for l in LANGS) + " |")
     for key, what in (("tfidf_lr", "full text"), ("tfidf_lr_first%d" % windows[0], "first %d pieces" % windows[0])):

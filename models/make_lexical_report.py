@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Writes the section of models/EVAL.md on the served classifier with a lexical expert (between
 the classifier-lexical markers) from evaluation files in models/work/eval/:
-  classify-sections.json      models/evaluate.py repo:classify-sections (the served model; its
-                              LEXICAL rows are the lexical expert alone)
+  classify-sections-lexical.json  models/evaluate.py repo:classify-sections on the folder of commit
+                              0bf224e (served 2026-12-04; its LEXICAL rows are the lexical expert alone)
   classify-sections-128.json  the same for the encoder alone (the classifier it extends)
   baselines.json              models/eval_baselines.py
-  served-classify.json        models/eval_served.py --models classify-sections
+  served-classify-lexical.json  models/eval_served.py --models classify-sections on that folder
 and the selection lines of the run's log.txt (train/train_lexical.py). Every figure is read from
 those files.
 
@@ -19,8 +19,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from make_classifier_report import (LANGS, both, english_baselines, index, load, pct, report_main,  # noqa: E402
-                                    served_table, target_lines, zero_shot_heading)
-from odeserve_models.solvers import FIELD_EVALS  # noqa: E402
+                                    english_solver_rows, served_table, targets_section, zero_shot_heading,
+                                    zero_shot_rows)
 
 BEGIN, END = "<!-- classifier-lexical:begin -->", "<!-- classifier-lexical:end -->"
 ANCHOR = "<!-- classifier-latest:begin -->"
@@ -42,8 +42,8 @@ def selection_lines(log):
 
 
 def section(a):
-    new_eval, old_eval = load("classify-sections"), load("classify-sections-128")
-    new, old, base, served = index(new_eval), index(old_eval), load("baselines"), load("served-classify")
+    new_eval, old_eval = load("classify-sections-lexical"), load("classify-sections-128")
+    new, old, base, served = index(new_eval), index(old_eval), load("baselines"), load("served-classify-lexical")
     args = json.load(open(os.path.join(a.run, "args.json")))
     lx = args["lexical"]
     L = new_eval["trained_depth"]
@@ -55,7 +55,7 @@ def section(a):
     W("## classify-sections: the encoder times a lexical expert (served since %s)" % a.date)
     W("")
     W("Generated %s by `models/make_lexical_report.py --run %s` from `models/work/eval/"
-      "{classify-sections,classify-sections-128,baselines,served-classify}.json` and the run's `log.txt`. The "
+      "{classify-sections-lexical,classify-sections-128,baselines,served-classify-lexical}.json` and the run's `log.txt`. The "
       "next section describes the encoder alone: the classifier served from 2026-12-01 until %s, whose weights "
       "this model keeps unchanged." % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                        os.path.relpath(a.run, os.path.dirname(HERE)), a.date))
@@ -88,15 +88,11 @@ def section(a):
     W("")
     W("| solver | steps | field evals | encoder x lexical (served) | encoder alone (served until %s) |" % a.date)
     W("| --- | --- | --- | --- | --- |")
-    for (ds, solver, n), row in new.items():
-        if ds == "sections-test-en" and solver != "LEXICAL":
-            W("| %s | %d | %d | %s | %s |" % (solver, n, n * FIELD_EVALS[solver], both(row), both(old.get((ds, solver, n)))))
+    out.extend(english_solver_rows(new, old))
     W("| lexical expert alone (as served: %s bias) | | 0 | %s | |" % ("with its" if lx["keep_bias"] else "no", both(new.get(("sections-test-en", "LEXICAL", 0)))))
     out.extend(english_baselines(base, [args["max_len"] - 2]))
     out.extend(zero_shot_heading())
-    for n in sorted({k[2] for k in new if k[0] == "sections-test-de" and k[1] == "EULER"}):
-        W("| encoder x lexical, Euler %d%s | " % (n, " (= L)" if n == L else "") +
-          " | ".join(pct(new.get(("sections-test-" + l, "EULER", n))) for l in LANGS) + " |")
+    out.extend(zero_shot_rows(new, "encoder x lexical", L))
     W("| encoder alone, Euler %d | " % L + " | ".join(pct(old.get(("sections-test-" + l, "EULER", L))) for l in LANGS) + " |")
     W("| lexical expert alone (as served) | " + " | ".join(pct(new.get(("sections-test-" + l, "LEXICAL", 0))) for l in LANGS) + " |")
     W("| TF-IDF + LR (English-trained), full text | " +
@@ -109,16 +105,7 @@ def section(a):
         new_eval["parameters"], sizes_new["model.pt"] / 1e6, old_eval["parameters"], sizes_old["model.pt"] / 1e6,
         args["vocab"] + lx["buckets"], len(args["labels"])))
     W("")
-    en_l = new[("sections-test-en", "EULER", L)]["accuracy"]
-    tfidf = base["tfidf_lr/sections-test-en"]["accuracy"]
-    zs = {l: (new[("sections-test-" + l, "EULER", L)]["accuracy"], base["tfidf_lr/sections-test-" + l]["accuracy"]) for l in LANGS}
-    retention = {n: new[("sections-test-en", "EULER", n)]["accuracy"] / en_l for n in (L // 2, L // 4)}
-    W("### Targets (issue 3)")
-    W("")
-    out.extend(target_lines(L, en_l, tfidf, zs))
-    W("- Retention of the L-step English accuracy: %s" % ", ".join(
-        "%.1f%% at %d steps" % (100 * v, n) for n, v in retention.items()))
-    W("")
+    out.extend(targets_section(new, base, L))
     W(END)
     return "\n".join(out)
 

@@ -1,5 +1,9 @@
 #!/usr/bin/env python3
-"""Turn models/work/eval/*.json into models/EVAL.md and models/eval_steps.svg.
+"""Turn models/work/eval/*.json into models/EVAL.md: the tables of the models served until
+2026-12-01 (from classify-sections-64, embed-sharebert-previous, embed-eelbert-previous and
+sharebert-fixed .json, plus baselines.json), the served-path section and the notes; the sections
+other scripts own are kept as they are. Stops, naming them, if any of those four files is missing.
+models/eval_steps.svg is drawn by models/plot_steps.py.
     /usr/bin/python3 models/make_report.py"""
 import json
 import os
@@ -31,7 +35,16 @@ def f(v, pct=True):
     return "n/a" if v is None else ("%.1f" % (100 * v) if pct else "%s" % v)
 
 
+# The eval files of the tables below: the models served until 2026-12-01 (see main()).
+LEGACY = ("classify-sections-64", "embed-sharebert-previous", "embed-eelbert-previous", "sharebert-fixed")
+
+
 def main():
+    missing = [n + ".json" for n in LEGACY if not os.path.exists(os.path.join(EV, n + ".json"))]
+    if missing:
+        raise SystemExit("make_report.py: missing %s in %s. The tables they fill describe the models served until "
+                         "2026-12-01 and are kept in models/EVAL.md as committed; without these files the script would "
+                         "write n/a tables, so it writes nothing." % (", ".join(missing), EV))
     base = load("baselines") or {}
     # The tables this script writes describe the models served until 2026-12-01 (their labels say
     # so); the current classifier and embedding models have their own sections, written by
@@ -207,16 +220,11 @@ def main():
                    "over every model at (EULER, L), (EULER, 1), (HEUN, L/2), (RK4, 1) on ASCII/umlaut/CJK/emoji inputs "
                    "(embeddings; softmax scores for the classifier).\n" % "worst case %.2g" % float(open(parity).read().strip().split("\n")[-1].split()[-1]))
     out_md += NOTES
-    out_md += "\n![quality vs steps](eval_steps.svg)\n"
     path = os.path.join(HERE, "EVAL.md")
     if os.path.exists(path):
         for kept in KEPT_SECTION.finditer(open(path, encoding="utf-8").read()):
             out_md += "\n" + kept.group(0) + "\n"
     open(path, "w").write(out_md)
-    try:
-        plot(cls, esb, eel, fixed, base)
-    except Exception as e:  # noqa: BLE001
-        print("plot failed:", e)
     print(out_md)
 
 
@@ -248,39 +256,6 @@ NOTES = """
 - **Quality profiles** in each model's `quality.pbtxt` are measured on validation subsets (600 English
   descriptions; 300 en->de pairs), not on the test sets reported here.
 """
-
-
-def plot(cls, esb, eel, fixed, base):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
-    ns = list(range(1, 9))
-    for r, lab, st in ((cls, "classify-sections (step-robust)", "o-"), (fixed, "sharebert fixed-depth", "s--")):
-        if r:
-            ax[0].plot(ns, [100 * (pick(r, "sections-test-en", "EULER", n, "accuracy") or float("nan")) for n in ns], st, label=lab)
-    if cls:
-        for s, mk in (("HEUN", "^"), ("RK4", "v")):
-            pts = [(n, pick(cls, "sections-test-en", s, n, "accuracy")) for n in (1, 2, 4)]
-            pts = [(n, v) for n, v in pts if v is not None]
-            ax[0].plot([n for n, _ in pts], [100 * v for _, v in pts], mk, label="classify-sections " + s + " (x-axis: steps)")
-    tf = base.get("tfidf_lr/sections-test-en", {}).get("accuracy")
-    if tf:
-        ax[0].axhline(100 * tf, color="gray", ls=":", label="TF-IDF + LR")
-    ax[0].set_xlabel("Euler steps n (dt = 8/n)"); ax[0].set_ylabel("accuracy (%)"); ax[0].set_title("Section classification, English test")
-    ax[0].legend(fontsize=7)
-    for r, lab, st in ((esb, "embed-sharebert (step-robust)", "o-"), (eel, "embed-eelbert (step-robust)", "d-"), (fixed, "sharebert fixed-depth", "s--")):
-        if r:
-            pts = [(n, pick(r, "retrieval-test-en-de", "EULER", n, "recall@1")) for n in ns]
-            pts = [(n, v) for n, v in pts if v is not None]
-            ax[1].plot([n for n, _ in pts], [100 * v for _, v in pts], st, label=lab)
-    tf = base.get("tfidf_char/retrieval-test-en-de", {}).get("recall@1")
-    if tf:
-        ax[1].axhline(100 * tf, color="gray", ls=":", label="TF-IDF char n-grams")
-    ax[1].set_xlabel("Euler steps n (dt = 8/n)"); ax[1].set_ylabel("recall@1 (%)"); ax[1].set_title("en -> de retrieval among 1,000")
-    ax[1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(HERE, "eval_steps.svg"))
 
 
 if __name__ == "__main__":

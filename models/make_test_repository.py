@@ -8,6 +8,8 @@ same family code as the real models, a SentencePiece tokenizer (vocab ~500) trai
 tests/fixtures/descriptions-sample.txt. No network, no large data, < 60 s on one core.
 Models: tiny-albert, tiny-sharebert, tiny-eelbert (EMBEDDING), tiny-classifier (CLASSIFICATION),
 tiny-lexical (CLASSIFICATION: a ShareBERT encoder times a lexical expert riding in the ODE state),
+tiny-probe (CLASSIFICATION: tiny-lexical's experts times a probe on an EELBERT embedder whose own
+field runs in the same state over the first PROBE_WINDOW positions),
 tiny-translator (TRANSLATION: shared encoder + shared decoder, L=4 each).
 quality.pbtxt holds agreement with the L-step Euler output on the sample (not task quality).
 """
@@ -32,7 +34,7 @@ torch.set_num_threads(1)
 from odeserve_models import families  # noqa: E402
 from odeserve_models.export import config_text, export_model, quality_text  # noqa: E402
 from odeserve_models.hashing import PieceHasher  # noqa: E402
-from odeserve_models.lexical import LexicalClassifier  # noqa: E402
+from odeserve_models.lexical import EmbeddingProbeClassifier, LexicalClassifier, piece_feature_table  # noqa: E402
 from odeserve_models.solvers import run  # noqa: E402
 from odeserve_models.text import Tokenizer, train_sentencepiece  # noqa: E402
 from odeserve_models.translation import SharedTranslator, beam_search  # noqa: E402
@@ -43,6 +45,7 @@ H, HEADS, FFN, L, T, EMB = 32, 2, 64, 4, 32, 16
 LANGS = ["en", "de", "fr", "it", "da"]
 LABELS = ["libs", "python", "games", "other"]
 HASH = dict(dim=16, seed=1234, orders=[2, 3, 4])
+PROBE_WINDOW = 12  # shorter than T: the server must carry an expert that reads a prefix
 BATCHING = dict(max_batch_size=16, max_batch_tokens=512, max_queue_delay_us=1000, max_queue_size=64)
 
 
@@ -88,6 +91,26 @@ def with_random_lexical_expert(encoder, vocab):
     model = LexicalClassifier(encoder, vocab, len(LABELS), buckets=101, weight=0.8).eval()
     g = torch.Generator().manual_seed(11)
     model.lexical.copy_(torch.randn(model.lexical.shape, generator=g))
+    return model
+
+
+EOS_ID = 3  # train_sentencepiece's
+
+
+@torch.no_grad()
+def with_random_probe_expert(encoder, vocab, spm_file):
+    """The served classifier's form (EmbeddingProbeClassifier): two fields in one state, one of
+    them over a prefix of the window, and a lexical part neither field changes."""
+    embedder = families.build("eelbert", hash_dim=HASH["dim"], hidden=H, heads=HEADS, ffn=FFN, trained_depth=L,
+                              max_len=PROBE_WINDOW, out_dim=H).eval()
+    for name in ("w_qkv", "w_o", "w_1", "w_2"):
+        getattr(embedder, name).mul_(12.0)
+    table = piece_feature_table(spm_file, HASH["seed"], HASH["dim"], HASH["orders"])
+    model = EmbeddingProbeClassifier(encoder, vocab, len(LABELS), embedder, table, eos_id=EOS_ID, buckets=101,
+                                     weight=0.8, probe_weight=1.2).eval()
+    g = torch.Generator().manual_seed(13)
+    model.lexical.copy_(torch.randn(model.lexical.shape, generator=g))
+    model.probe.weight.copy_(torch.randn(model.probe.weight.shape, generator=g))
     return model
 
 
@@ -157,6 +180,8 @@ def main():
             ("tiny-classifier", "albert", "CLASSIFICATION", dict(vocab=None, emb=EMB), len(LABELS), "test model: ALBERT-style classifier, random init"),
             ("tiny-lexical", "sharebert", "CLASSIFICATION", dict(vocab=None, emb=EMB), len(LABELS),
              "test model: ShareBERT-style classifier times a lexical expert (piece uni/bigrams), random init"),
+            ("tiny-probe", "sharebert", "CLASSIFICATION", dict(vocab=None, emb=EMB), len(LABELS),
+             "test model: tiny-lexical's experts times a probe on an EELBERT embedder over the first 12 pieces, random init"),
         ]
         for i, (name, fam, task, kw, out_dim, desc) in enumerate(specs):
             torch.manual_seed(1000 + i)
@@ -177,6 +202,8 @@ def main():
                 spread_head(model, tok, texts)
             if name == "tiny-lexical":
                 model = with_random_lexical_expert(model, tok.sp.get_piece_size())
+            if name == "tiny-probe":
+                model = with_random_probe_expert(model, tok.sp.get_piece_size(), spm_file)
             metric, pts = agreement_profile(model, tok, eval_texts, task)
             cfg = config_text(name, model, task, desc, T, steps=(1, 8, 4),
                               labels=LABELS if task == "CLASSIFICATION" else (), languages=LANGS,

@@ -1,6 +1,7 @@
 """Dataset loading and pre-tokenization for training/evaluation."""
 import json
 import os
+import random
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -20,6 +21,25 @@ def load_jsonl(name: str, limit: Optional[int] = None) -> List[Dict]:
             if limit is not None and len(rows) >= limit:
                 break
     return rows
+
+
+def classifier_validation_sets(label_index: Dict[str, int], zero_shot_rows: int, seed: int,
+                               languages=("de", "fr", "it", "da")) -> Dict[str, tuple]:
+    """The validation sets a classifier's product-of-experts weights are chosen on (train_lexical.py,
+    train_embedding_probe.py): name -> (texts, labels). "choose" and "check" are the two halves of
+    the English validation split, in file order; each language's set is `zero_shot_rows`
+    translations of validation packages (shuffled with `seed`), labelled with their section."""
+    valid = load_jsonl("sections-valid-en.jsonl")
+    half = len(valid) // 2
+    sets = {"choose": valid[:half], "check": valid[half:]}
+    out = {name: ([r["text"] for r in rows], np.array([label_index[r["label"]] for r in rows]))
+           for name, rows in sets.items()}
+    for lang in languages:
+        rows = load_jsonl("pairs-valid-%s.jsonl" % lang)
+        random.Random(seed).shuffle(rows)
+        rows = rows[:zero_shot_rows]
+        out[lang] = ([r["xx"] for r in rows], np.array([label_index[r["label"]] for r in rows]))
+    return out
 
 
 def translation_pairs(split: str, kind: Optional[str] = None) -> List[Dict]:

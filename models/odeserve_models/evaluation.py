@@ -11,7 +11,7 @@ from . import families
 from .baselines import macro_f1, recall_at_k
 from .data import Encoded
 from .hashing import PieceHasher
-from .lexical import LexicalClassifier
+from .lexical import EmbeddingProbeClassifier, LexicalClassifier, piece_feature_table
 from .solvers import solve
 from .text import Tokenizer
 
@@ -46,6 +46,11 @@ class Runner:
         """A LexicalClassifier's lexical expert alone (its channels are the same at every step)."""
         return self._per_text(texts, lambda h0, m: self.model.experts(h0, m)[1])
 
+    @torch.no_grad()
+    def probe_outputs(self, texts: Sequence[str], steps: int) -> np.ndarray:
+        """An EmbeddingProbeClassifier's cross-lingual expert alone, at `steps` Euler steps."""
+        return self._per_text(texts, lambda h0, m: self.model.probe_logprobs(solve(self.model, h0, m, steps, "EULER"), m))
+
     def _per_text(self, texts: Sequence[str], compute) -> np.ndarray:
         out = [None] * len(texts)
         for idx, h0, m in self._h0(texts):
@@ -70,7 +75,8 @@ def retrieval_metrics(q: np.ndarray, c: np.ndarray) -> Dict[str, float]:
 def load_run(run_dir: str, task: str, which: str = "final.pt"):
     """Eager model from a training run. task EMBEDDING: head = contrastive projection;
     CLASSIFICATION: head = the (English-only) section classifier."""
-    a = json.load(open(os.path.join(run_dir, "args.json")))
+    with open(os.path.join(run_dir, "args.json")) as f:
+        a = json.load(f)
     ck = torch.load(os.path.join(run_dir, which), map_location="cpu")
     labels = a["labels"]
     common = dict(hidden=a["hidden"], heads=a["heads"], ffn=a["ffn"], trained_depth=a["depth"],
@@ -90,8 +96,19 @@ def load_run(run_dir: str, task: str, which: str = "final.pt"):
     assert not unexpected and all(k in families.PREPARED_MATRICES for k in missing), (missing, unexpected)
     if task == "CLASSIFICATION" and "lexical" in ck:
         lx = ck["lexical"]
-        model = LexicalClassifier(model, a["vocab"], len(labels), buckets=lx["buckets"], weight=lx["weight"],
-                                  length_power=lx["length_power"])
+        experts = dict(buckets=lx["buckets"], weight=lx["weight"], length_power=lx["length_power"])
+        if "probe" in ck:  # train/train_embedding_probe.py: a third expert on embed-eelbert's embedding
+            pr = ck["probe"]
+            embedder = families.build("eelbert", **pr["embedder_config"])
+            embedder.load_state_dict(pr["embedder"])
+            h = pr["hash"]
+            table = piece_feature_table(a["tokenizer"], h["seed"], h["dim"], h["orders"])
+            model = EmbeddingProbeClassifier(model, a["vocab"], len(labels), embedder, table,
+                                             eos_id=Tokenizer(a["tokenizer"], 8).sp.eos_id(),
+                                             probe_weight=pr["product_weight"], probe_scale=pr["scale"], **experts)
+            model.probe.weight.data.copy_(pr["linear"]["weight"]); model.probe.bias.data.copy_(pr["linear"]["bias"])
+        else:
+            model = LexicalClassifier(model, a["vocab"], len(labels), **experts)
         model.lexical.data.copy_(lx["table"]); model.lexical_bias.data.copy_(lx["bias"])
     model.eval()
     for p in model.parameters():

@@ -19,7 +19,6 @@
 import argparse
 import json
 import os
-import random
 import sys
 import time
 
@@ -30,7 +29,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from odeserve_models import families  # noqa: E402
-from odeserve_models.data import Encoded, load_jsonl  # noqa: E402
+from odeserve_models.data import Encoded, classifier_validation_sets, load_jsonl  # noqa: E402
 from odeserve_models.evaluation import Runner  # noqa: E402
 from odeserve_models.lexical import DEFAULT_BUCKETS, feature_rows  # noqa: E402
 from odeserve_models.progress import progress_log  # noqa: E402
@@ -122,10 +121,8 @@ def main():
     t0 = time.time()
     train_ids = [tok.ids(r["text"]) for r in train]
     choose_ids = [tok.ids(r["text"]) for r in choose]
-    check_ids = [tok.ids(r["text"]) for r in check]
     y_train = torch.tensor([lab_id[r["label"]] for r in train])
     y_choose = torch.tensor([lab_id[r["label"]] for r in choose])
-    y_check = torch.tensor([lab_id[r["label"]] for r in check])
     say("tokenized %d train, %d + %d validation descriptions in %.0fs" % (
         len(train), len(choose), len(check), time.time() - t0))
 
@@ -152,14 +149,8 @@ def main():
     # Validation sets of the product: the two English halves, and zero-shot sets (the translated
     # descriptions of validation packages, labelled with their package's section), because the
     # weight trades English accuracy against the encoder's cross-lingual transfer.
-    sets = {"choose": ([r["text"] for r in choose], choose_ids, y_choose.numpy()),
-            "check": ([r["text"] for r in check], check_ids, y_check.numpy())}
-    for lang in ZERO_SHOT_LANGS:
-        rows = load_jsonl("pairs-valid-%s.jsonl" % lang)
-        random.Random(a.seed).shuffle(rows)
-        rows = rows[:a.zero_shot_rows]
-        sets[lang] = ([r["xx"] for r in rows], [tok.ids(r["xx"]) for r in rows],
-                      np.array([lab_id[r["label"]] for r in rows]))
+    sets = {name: (texts, [tok.ids(t) for t in texts], y) for name, (texts, y) in
+            classifier_validation_sets(lab_id, a.zero_shot_rows, a.seed, ZERO_SHOT_LANGS).items()}
     runner = Runner(encoder_module, Encoded(tok))
     steps = sorted({1, 2, 4, depth})
     deep, lex = {}, {}

@@ -182,11 +182,11 @@ TEST_F(ServerTest, EulerAtTrainedDepthEqualsTheFullDepthModelFromPython) {
     for (float v; values >> v;) expected.push_back(v);
     by_model[line.substr(0, a)].push_back({line.substr(a + 1, b - a - 1), expected});
   }
-  ASSERT_EQ(by_model.size(), 5u);
+  ASSERT_EQ(by_model.size(), 6u);
   for (const auto& [model, cases] : by_model) {
     // All texts in one call: the server pads them into one batch; Python ran each alone.
     std::vector<std::vector<float>> served;
-    if (model == "tiny-classifier" || model == "tiny-lexical") {
+    if (model == "tiny-classifier" || model == "tiny-lexical" || model == "tiny-probe") {
       ClassifyRequest request;
       request.set_model(model);
       for (const auto& c : cases) request.add_inputs(c.first);
@@ -280,7 +280,8 @@ TEST_F(ServerTest, ListAndGetModelDescribeModelsAndTheBrokenOne) {
   EXPECT_EQ(by_name["broken-classifier"].state(), v1::FAILED);
   EXPECT_THAT(by_name["broken-classifier"].error(), AllOf(HasSubstr("config.pbtxt"), HasSubstr("trained_depth")));
   for (const std::string name : {"tiny-albert", "tiny-sharebert", "tiny-eelbert", "tiny-classifier", "tiny-lexical",
-                                 "tiny-translator", "slow-queue", "padded-albert", "bf16-albert", "tolerant-albert"}) {
+                                 "tiny-probe", "tiny-translator", "slow-queue", "padded-albert", "bf16-albert",
+                                 "tolerant-albert"}) {
     EXPECT_EQ(by_name[name].state(), v1::READY) << name;
   }
 

@@ -77,7 +77,8 @@ class ModelCopy {
 
 TEST(LoadModelConfig, EveryTinyModelLoads) {
   for (const std::string model :
-       {"tiny-albert", "tiny-sharebert", "tiny-eelbert", "tiny-classifier", "tiny-lexical", "tiny-translator"}) {
+       {"tiny-albert", "tiny-sharebert", "tiny-eelbert", "tiny-classifier", "tiny-lexical", "tiny-probe",
+        "tiny-translator"}) {
     ModelCopy copy(model);
     auto config = LoadModelConfig(copy.dir());
     ASSERT_TRUE(config.ok()) << model << ": " << config.status();
@@ -90,9 +91,10 @@ TEST(LoadModelConfig, EveryTinyModelLoads) {
     EXPECT_EQ(config->batching().max_batch_size(), 16);
     EXPECT_EQ(config->batching().max_batch_tokens(), 512);
     EXPECT_EQ(config->batching().max_queue_size(), 64);
-    EXPECT_EQ(config->task(), model == "tiny-classifier" || model == "tiny-lexical" ? v1::CLASSIFICATION
-                              : model == "tiny-translator"                          ? v1::TRANSLATION
-                                                                                    : v1::EMBEDDING);
+    const bool classifier = model == "tiny-classifier" || model == "tiny-lexical" || model == "tiny-probe";
+    EXPECT_EQ(config->task(), classifier                  ? v1::CLASSIFICATION
+                              : model == "tiny-translator" ? v1::TRANSLATION
+                                                           : v1::EMBEDDING);
     EXPECT_EQ(config->tokenizer().input_kind(),
               model == "tiny-eelbert" ? v1::HASHED_NGRAMS : v1::TOKEN_IDS);
     auto profile = LoadQualityProfile(*config, copy.dir());
@@ -442,12 +444,13 @@ TEST(ListModelFolders, ASymlinkLoopIsListedNotThrown) {
   fs::remove_all(root);
 }
 
-TEST(ListModelFolders, TestRepositoryHoldsTheSixTinyModels) {
+TEST(ListModelFolders, TestRepositoryHoldsTheSevenTinyModels) {
   auto folders = ListModelFolders(kRepository);
   ASSERT_TRUE(folders.ok()) << folders.status();
   EXPECT_EQ(*folders, (std::vector<fs::path>{kRepository / "tiny-albert", kRepository / "tiny-classifier",
                                              kRepository / "tiny-eelbert", kRepository / "tiny-lexical",
-                                             kRepository / "tiny-sharebert", kRepository / "tiny-translator"}));
+                                             kRepository / "tiny-probe", kRepository / "tiny-sharebert",
+                                             kRepository / "tiny-translator"}));
 }
 
 TEST(ListModelFolders, MissingRepositoryIsNotFound) {

@@ -722,7 +722,7 @@ TEST_P(EveryTinyModel, Bfloat16ComputeIsAutocastAroundAFloat32State) {
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, EveryTinyModel,
                          ::testing::Values("tiny-albert", "tiny-sharebert", "tiny-eelbert", "tiny-classifier",
-                                           "tiny-lexical"),
+                                           "tiny-lexical", "tiny-probe"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');
