@@ -7,12 +7,12 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from odeserve_models.data import load_jsonl  # noqa: E402
+from odeserve_models.data import ZERO_SHOT_LANGUAGES, load_jsonl  # noqa: E402
 
 N_EN = 1000        # English section test subset
 N_ZS = 500         # per language, zero-shot section test subset
 N_RET = 1000       # en -> xx retrieval: queries and candidates
-ZS_LANGS = ["de", "fr", "it", "da"]
+ZS_LANGS = list(ZERO_SHOT_LANGUAGES)
 
 
 def _subset(rows, n, seed):

@@ -71,23 +71,24 @@ def main():
         texts, y = sets["classification"]["sections-test-en"]
         texts, y = texts[:N_EN], np.array([lid[l] for l in y[:N_EN]])
         grid = CLS_EN if kind == "repo" else [("EULER", n) for n in range(1, L + 1)]
-        lexical = hasattr(r.model, "experts")  # a LexicalClassifier: its lexical expert alone too (steps 0)
-        probe = hasattr(r.model, "probe_logprobs")  # an EmbeddingProbeClassifier: its probe alone too (at L)
+        experts = hasattr(r.model, "experts")  # a product of experts: its lexical expert (and probe) alone too
+
+        def add_experts(dataset, texts, y):
+            alone = r.expert_outputs(texts, L)
+            add("CLASSIFICATION", dataset, "LEXICAL", 0, classification_metrics(alone["lexical"], y, len(labels)), len(y))
+            if "probe" in alone:
+                add("CLASSIFICATION", dataset, "PROBE", L, classification_metrics(alone["probe"], y, len(labels)), len(y))
         for solver, n in grid:
             add("CLASSIFICATION", "sections-test-en", solver, n, classification_metrics(r.outputs(texts, n, solver), y, len(labels)), len(y))
-        if lexical:
-            add("CLASSIFICATION", "sections-test-en", "LEXICAL", 0, classification_metrics(r.lexical_outputs(texts), y, len(labels)), len(y))
-        if probe:
-            add("CLASSIFICATION", "sections-test-en", "PROBE", L, classification_metrics(r.probe_outputs(texts, L), y, len(labels)), len(y))
+        if experts:
+            add_experts("sections-test-en", texts, y)
         for lang in ("de", "fr", "it", "da"):
             texts, y = sets["classification"]["sections-test-" + lang]
             texts, y = texts[:N_ZS], np.array([lid[l] for l in y[:N_ZS]])
             for solver, n in (CLS_ZS if kind == "repo" else [("EULER", L)]):
                 add("CLASSIFICATION", "sections-test-" + lang, solver, n, classification_metrics(r.outputs(texts, n, solver), y, len(labels)), len(y))
-            if lexical:
-                add("CLASSIFICATION", "sections-test-" + lang, "LEXICAL", 0, classification_metrics(r.lexical_outputs(texts), y, len(labels)), len(y))
-            if probe:
-                add("CLASSIFICATION", "sections-test-" + lang, "PROBE", L, classification_metrics(r.probe_outputs(texts, L), y, len(labels)), len(y))
+            if experts:
+                add_experts("sections-test-" + lang, texts, y)
     if "EMBEDDING" in tasks:
         r = runners["EMBEDDING"]
         q, c = sets["retrieval"]["retrieval-test-en-de"]

@@ -61,10 +61,19 @@ def english_solver_rows(rows, previous):
             for (ds, solver, n), row in rows.items() if ds == "sections-test-en" and solver in FIELD_EVALS]
 
 
+def language_row(what, rows, solver, n):
+    """One zero-shot table row: accuracy per language of (solver, n) in an evaluation's rows."""
+    return "| %s | " % what + " | ".join(pct(rows.get(("sections-test-" + l, solver, n))) for l in LANGS) + " |"
+
+
+def baseline_language_row(what, base, key):
+    """The zero-shot row of a baseline in baselines.json (key: e.g. tfidf_lr)."""
+    return "| %s | " % what + " | ".join(pct(base.get(key + "/sections-test-" + l)) for l in LANGS) + " |"
+
+
 def zero_shot_rows(rows, name, L):
     """Zero-shot table rows of the model at every Euler step count evaluated."""
-    return ["| %s, Euler %d%s | " % (name, n, " (= L)" if n == L else "") +
-            " | ".join(pct(rows.get(("sections-test-" + l, "EULER", n))) for l in LANGS) + " |"
+    return [language_row("%s, Euler %d%s" % (name, n, " (= L)" if n == L else ""), rows, "EULER", n)
             for n in sorted({k[2] for k in rows if k[0] == "sections-test-de" and k[1] == "EULER"})]
 
 
@@ -174,11 +183,9 @@ def section(a):
     out.extend(english_baselines(base, windows))
     out.extend(zero_shot_heading())
     out.extend(zero_shot_rows(new, "%d tokens" % args["max_len"], L))
-    W("| %d tokens (previous), Euler %d | " % (a.previous_max_len, L) +
-      " | ".join(pct(old.get(("sections-test-" + l, "EULER", L))) for l in LANGS) + " |")
+    W(language_row("%d tokens (previous), Euler %d" % (a.previous_max_len, L), old, "EULER", L))
     for key, what in (("tfidf_lr", "full text"), ("tfidf_lr_first%d" % windows[0], "first %d pieces" % windows[0])):
-        W("| TF-IDF + LR (English-trained), %s | " % what +
-          " | ".join(pct(base.get(key + "/sections-test-" + l)) for l in LANGS) + " |")
+        W(baseline_language_row("TF-IDF + LR (English-trained), %s" % what, base, key))
     W("")
     out.extend(served_table(served, new))
     W("")
@@ -204,9 +211,14 @@ def report_main(section_of, begin, end, anchor, add_arguments):
     write_section(a.report, section_of(a), begin, end, anchor)
 
 
-def arguments(ap):
-    ap.add_argument("--run", required=True, help="the training run of the served classifier")
+def run_arguments(ap, trainer="the training"):
+    """--run and --command, which every classifier report takes."""
+    ap.add_argument("--run", required=True, help="%s run of the served classifier" % trainer)
     ap.add_argument("--command", required=True, help="the command that trained it, quoted in the report")
+
+
+def arguments(ap):
+    run_arguments(ap)
     ap.add_argument("--selection", default="", help="how this model was chosen (a sentence for the report)")
     ap.add_argument("--previous-max-len", type=int, default=64)
 

@@ -18,9 +18,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from make_classifier_report import (LANGS, both, english_baselines, index, load, pct, report_main,  # noqa: E402
-                                    english_solver_rows, served_table, targets_section, zero_shot_heading,
-                                    zero_shot_rows)
+from make_classifier_report import (baseline_language_row, both, english_baselines, english_solver_rows,  # noqa: E402
+                                    index, language_row, load, report_main, run_arguments, served_table, targets_section,
+                                    zero_shot_heading, zero_shot_rows)
 
 BEGIN, END = "<!-- classifier-lexical:begin -->", "<!-- classifier-lexical:end -->"
 ANCHOR = "<!-- classifier-latest:begin -->"
@@ -93,10 +93,9 @@ def section(a):
     out.extend(english_baselines(base, [args["max_len"] - 2]))
     out.extend(zero_shot_heading())
     out.extend(zero_shot_rows(new, "encoder x lexical", L))
-    W("| encoder alone, Euler %d | " % L + " | ".join(pct(old.get(("sections-test-" + l, "EULER", L))) for l in LANGS) + " |")
-    W("| lexical expert alone (as served) | " + " | ".join(pct(new.get(("sections-test-" + l, "LEXICAL", 0))) for l in LANGS) + " |")
-    W("| TF-IDF + LR (English-trained), full text | " +
-      " | ".join(pct(base.get("tfidf_lr/sections-test-" + l)) for l in LANGS) + " |")
+    W(language_row("encoder alone, Euler %d" % L, old, "EULER", L))
+    W(language_row("lexical expert alone (as served)", new, "LEXICAL", 0))
+    W(baseline_language_row("TF-IDF + LR (English-trained), full text", base, "tfidf_lr"))
     W("")
     out.extend(served_table(served, new))
     W("")
@@ -111,8 +110,7 @@ def section(a):
 
 
 def arguments(ap):
-    ap.add_argument("--run", required=True, help="the train/train_lexical.py run of the served classifier")
-    ap.add_argument("--command", required=True, help="the command that trained it, quoted in the report")
+    run_arguments(ap, "the train/train_lexical.py")
 
 
 if __name__ == "__main__":

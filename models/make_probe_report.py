@@ -20,9 +20,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from make_classifier_report import (LANGS, both, english_baselines, index, load, pct, report_main,  # noqa: E402
-                                    english_solver_rows, served_table, targets_section, zero_shot_heading,
-                                    zero_shot_rows)
+from make_classifier_report import (baseline_language_row, both, english_baselines, english_solver_rows,  # noqa: E402
+                                    index, language_row, load, report_main, run_arguments, served_table, targets_section,
+                                    zero_shot_heading, zero_shot_rows)
 
 BEGIN, END = "<!-- classifier-probe:begin -->", "<!-- classifier-probe:end -->"
 ANCHOR = "<!-- classifier-lexical:begin -->"
@@ -63,8 +63,9 @@ def section(a):
     W("    log_softmax(encoder) + %.2f * log_softmax(lexical) + %.2f * log_softmax(probe)" % (lx["weight"], pr["product_weight"]))
     W("")
     W("(`EmbeddingProbeClassifier` in `odeserve_models/lexical.py`). The embedder's state rides in %d more "
-      "channels of the ODE state and its own shared block evolves them at the same dt, over the first %d pieces "
-      "of the window (its trained length). It reads the classifier's token ids through a table of EELBERT's "
+      "channels of the ODE state and its own shared block evolves them at the same dt, over the window "
+      "embed-eelbert's own tokenizer would read: the first %d ids, the last one replaced by `</s>` when the text "
+      "goes on (`embedder_window`). It reads the classifier's token ids through a table of EELBERT's "
       "hashed n-gram features of every vocabulary piece, computed at export: the same features the server "
       "hashes for embed-eelbert, bit for bit, except for the unknown piece. The server's contract, solvers, "
       "batching and step choice are unchanged. Tests: `tests/models/test_embedding_probe.py`, and a `tiny-probe` "
@@ -102,9 +103,8 @@ def section(a):
                                   ("encoder alone, Euler %d" % L, alone, "EULER", L),
                                   ("cross-lingual probe alone, Euler %d" % L, new, "PROBE", L),
                                   ("lexical expert alone", new, "LEXICAL", 0)):
-        W("| %s | " % what + " | ".join(pct(rows.get(("sections-test-" + l, solver, n))) for l in LANGS) + " |")
-    W("| TF-IDF + LR (English-trained), full text | " +
-      " | ".join(pct(base.get("tfidf_lr/sections-test-" + l)) for l in LANGS) + " |")
+        W(language_row(what, rows, solver, n))
+    W(baseline_language_row("TF-IDF + LR (English-trained), full text", base, "tfidf_lr"))
     W("")
     out.extend(served_table(served, new))
     W("")
@@ -120,8 +120,7 @@ def section(a):
 
 
 def arguments(ap):
-    ap.add_argument("--run", required=True, help="the train/train_embedding_probe.py run of the served classifier")
-    ap.add_argument("--command", required=True, help="the command that trained it, quoted in the report")
+    run_arguments(ap, "the train/train_embedding_probe.py")
     ap.add_argument("--note", default="", help="a paragraph placed before the selection log")
 
 

@@ -8,8 +8,8 @@ models/work/eval/*.json (models/evaluate.py, models/eval_baselines.py):
   embed-eelbert.json           evaluate.py repo:embed-eelbert
   baselines.json               eval_baselines.py
     /usr/bin/python3 models/plot_steps.py"""
-import json
 import os
+import sys
 
 import matplotlib
 
@@ -17,22 +17,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-EV = os.path.join(HERE, "work", "eval")
+sys.path.insert(0, HERE)
+from make_classifier_report import EVAL as EV, index, load  # noqa: E402
 OUT = os.path.join(HERE, "eval_steps.svg")
 REQUIRED = ("classify-sections", "embed-sharebert", "embed-eelbert", "baselines")
 LANGS = (("de", "tab:blue"), ("fr", "tab:orange"), ("it", "tab:green"), ("da", "tab:red"))
 SOLVER_MARKS = (("HEUN", "^", "Heun (2 field evals a step)"), ("RK4", "v", "RK4 (4 field evals a step)"))
 
 
-def load(name):
-    with open(os.path.join(EV, name + ".json")) as f:
-        return json.load(f)
-
-
 def points(res, dataset, solver, key):
     """[(steps, metric)] of one model's rows for dataset and solver, by steps."""
-    return sorted((r["steps"], r[key]) for r in res["results"]
-                  if r["dataset"] == dataset and r["solver"] == solver and key in r)
+    return sorted((n, row[key]) for (ds, s, n), row in index(res).items() if ds == dataset and s == solver and key in row)
 
 
 def need(pts, what):

@@ -36,6 +36,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "deploy"))
+import odeserve_testlib as testlib  # noqa: E402
+
 
 def log(*args):
     print(time.strftime("%H:%M:%S"), *args, file=sys.stderr, flush=True)
@@ -94,43 +97,28 @@ class Server:
 
 
 class HealthProbe:
-    """grpc.health.v1 Check over one channel kept open (python3-grpcio; the request and reply are
-    encoded by hand, so no generated stubs are needed). check_ms() is the call's latency in ms,
-    or None where grpcio is missing or the call failed (counted in failures)."""
+    """grpc.health.v1 Check over one channel kept open (tests/deploy/odeserve_testlib.Client:
+    python3-grpcio, messages encoded by hand). check_ms() is the call's latency in ms, or None
+    where grpcio is missing or the call failed or did not answer SERVING (counted in failures)."""
 
     def __init__(self, address, service):
-        self.failures = 0
-        try:
-            import grpc
-        except ImportError:
-            self.channel = None
-            return
-        self.channel = grpc.insecure_channel(address)
-        name = service.encode()
-        if len(name) > 127:  # one length byte: longer names need a multi-byte varint
-            raise ValueError("health service name longer than 127 bytes: %r" % service)
-        self.request = b"\x0a" + bytes([len(name)]) + name  # field 1 (service), length-delimited
-        self.check = self.channel.unary_unary("/grpc.health.v1.Health/Check",
-                                              request_serializer=lambda b: b, response_deserializer=lambda b: b)
-        self.check(self.request, timeout=5)  # connect before the load starts
+        self.failures, self.service = 0, service
+        self.client = testlib.Client(address) if testlib.grpc is not None else None
+        if self.client is not None:
+            self.client.health(service, timeout=5)  # connect before the load starts
 
     def check_ms(self):
-        if self.channel is None:
+        if self.client is None:
             return None
         t0 = time.monotonic()
-        try:
-            reply = self.check(self.request, timeout=2)
-        except Exception:  # noqa: BLE001 - any failed call counts, the run goes on
-            self.failures += 1
-            return None
-        if reply != b"\x08\x01":  # status = SERVING
+        if self.client.health(self.service) != testlib.HEALTH_SERVING:
             self.failures += 1
             return None
         return (time.monotonic() - t0) * 1000
 
     def close(self):
-        if self.channel is not None:
-            self.channel.close()
+        if self.client is not None:
+            self.client.close()
 
 
 def saturation_rate(sweep):

@@ -23,8 +23,11 @@ def load_jsonl(name: str, limit: Optional[int] = None) -> List[Dict]:
     return rows
 
 
+ZERO_SHOT_LANGUAGES = ("de", "fr", "it", "da")  # the translated test and validation sets of classification
+
+
 def classifier_validation_sets(label_index: Dict[str, int], zero_shot_rows: int, seed: int,
-                               languages=("de", "fr", "it", "da")) -> Dict[str, tuple]:
+                               languages=ZERO_SHOT_LANGUAGES) -> Dict[str, tuple]:
     """The validation sets a classifier's product-of-experts weights are chosen on (train_lexical.py,
     train_embedding_probe.py): name -> (texts, labels). "choose" and "check" are the two halves of
     the English validation split, in file order; each language's set is `zero_shot_rows`
@@ -40,6 +43,12 @@ def classifier_validation_sets(label_index: Dict[str, int], zero_shot_rows: int,
         rows = rows[:zero_shot_rows]
         out[lang] = ([r["xx"] for r in rows], np.array([label_index[r["label"]] for r in rows]))
     return out
+
+
+def validation_objective(accuracy, steps, languages=ZERO_SHOT_LANGUAGES) -> float:
+    """What the product-of-experts weights are chosen by: the mean over `steps` of (English
+    accuracy on "choose" + mean zero-shot accuracy) / 2; accuracy(set name, steps) -> float."""
+    return float(np.mean([(accuracy("choose", n) + np.mean([accuracy(l, n) for l in languages])) / 2 for n in steps]))
 
 
 def translation_pairs(split: str, kind: Optional[str] = None) -> List[Dict]:

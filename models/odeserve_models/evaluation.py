@@ -5,7 +5,6 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from . import families
 from .baselines import macro_f1, recall_at_k
@@ -39,25 +38,30 @@ class Runner:
 
     @torch.no_grad()
     def outputs(self, texts: Sequence[str], steps: int, solver: str = "EULER") -> np.ndarray:
-        return self._per_text(texts, lambda h0, m: self.model.output_stage(solve(self.model, h0, m, steps, solver), m))
+        return self._per_text(texts, lambda h0, m: (self.model.output_stage(solve(self.model, h0, m, steps, solver), m),))[0]
 
     @torch.no_grad()
-    def lexical_outputs(self, texts: Sequence[str]) -> np.ndarray:
-        """A LexicalClassifier's lexical expert alone (its channels are the same at every step)."""
-        return self._per_text(texts, lambda h0, m: self.model.experts(h0, m)[1])
+    def expert_outputs(self, texts: Sequence[str], steps: int) -> Dict[str, np.ndarray]:
+        """A product-of-experts classifier's experts alone after `steps` Euler steps, as
+        log-probabilities: "encoder" and "lexical" (LexicalClassifier; the lexical channels are the
+        same at every step), and "probe" (EmbeddingProbeClassifier)."""
+        probe = hasattr(self.model, "probe_logprobs")
 
-    @torch.no_grad()
-    def probe_outputs(self, texts: Sequence[str], steps: int) -> np.ndarray:
-        """An EmbeddingProbeClassifier's cross-lingual expert alone, at `steps` Euler steps."""
-        return self._per_text(texts, lambda h0, m: self.model.probe_logprobs(solve(self.model, h0, m, steps, "EULER"), m))
+        def experts(h0, m):
+            h = solve(self.model, h0, m, steps, "EULER")
+            return self.model.experts(h, m) + ((self.model.probe_logprobs(h, m),) if probe else ())
+        return dict(zip(("encoder", "lexical", "probe"), self._per_text(texts, experts)))
 
-    def _per_text(self, texts: Sequence[str], compute) -> np.ndarray:
-        out = [None] * len(texts)
+    def _per_text(self, texts: Sequence[str], compute) -> Tuple[np.ndarray, ...]:
+        """compute(h0, mask) -> a tuple of [rows, ...] tensors per chunk; the arrays in text order."""
+        outs = None
         for idx, h0, m in self._h0(texts):
-            y = compute(h0, m).numpy()
-            for k, j in enumerate(idx):
-                out[j] = y[k]
-        return np.stack(out)
+            ys = [y.numpy() for y in compute(h0, m)]
+            if outs is None:
+                outs = [np.empty((len(texts),) + y.shape[1:], y.dtype) for y in ys]
+            for out, y in zip(outs, ys):
+                out[idx] = y
+        return tuple(outs)
 
 
 def classification_metrics(logits: np.ndarray, y: np.ndarray, n_classes: int) -> Dict[str, float]:
@@ -94,6 +98,7 @@ def load_run(run_dir: str, task: str, which: str = "final.pt"):
         sd["head.weight"] = ck["cls"]["weight"]; sd["head.bias"] = ck["cls"]["bias"]
     missing, unexpected = model.load_state_dict(sd, strict=False)
     assert not unexpected and all(k in families.PREPARED_MATRICES for k in missing), (missing, unexpected)
+    tok = Tokenizer(a["tokenizer"], a["max_len"], hasher=hasher)
     if task == "CLASSIFICATION" and "lexical" in ck:
         lx = ck["lexical"]
         experts = dict(buckets=lx["buckets"], weight=lx["weight"], length_power=lx["length_power"])
@@ -104,7 +109,7 @@ def load_run(run_dir: str, task: str, which: str = "final.pt"):
             h = pr["hash"]
             table = piece_feature_table(a["tokenizer"], h["seed"], h["dim"], h["orders"])
             model = EmbeddingProbeClassifier(model, a["vocab"], len(labels), embedder, table,
-                                             eos_id=Tokenizer(a["tokenizer"], 8).sp.eos_id(),
+                                             eos_id=tok.sp.eos_id(),
                                              probe_weight=pr["product_weight"], probe_scale=pr["scale"], **experts)
             model.probe.weight.data.copy_(pr["linear"]["weight"]); model.probe.bias.data.copy_(pr["linear"]["bias"])
         else:
@@ -114,5 +119,4 @@ def load_run(run_dir: str, task: str, which: str = "final.pt"):
     for p in model.parameters():
         p.requires_grad_(False)
     model.prepare()
-    tok = Tokenizer(a["tokenizer"], a["max_len"], hasher=hasher)
     return model, Encoded(tok), a, labels

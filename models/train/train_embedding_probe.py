@@ -31,19 +31,17 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from odeserve_models import families  # noqa: E402
-from odeserve_models.data import Encoded, classifier_validation_sets, load_jsonl  # noqa: E402
+from odeserve_models.data import Encoded, classifier_validation_sets, load_jsonl, validation_objective  # noqa: E402
 from odeserve_models.evaluation import Runner, load_run  # noqa: E402
 from odeserve_models.lexical import embedder_window, piece_feature_table  # noqa: E402
 from odeserve_models.progress import progress_log  # noqa: E402
 from odeserve_models.verify import read_config  # noqa: E402
 
-ZERO_SHOT_LANGS = ("de", "fr", "it", "da")
 PROBE_SCALE = 10.0
 
 
@@ -138,17 +136,15 @@ def main():
     by_ids.cache.clear()  # the training set's input states (about 2.4 GB) are not needed again
     # The validation sets train_lexical.py chose the lexical weight on (same halves, same zero-shot
     # rows), so that the second English half stays unseen by every choice of either trainer.
-    sets = classifier_validation_sets(lab_id, a.zero_shot_rows, a.seed, ZERO_SHOT_LANGS)
+    sets = classifier_validation_sets(lab_id, a.zero_shot_rows, a.seed)
     runner = Runner(classifier, enc)
     steps = sorted({1, 2, 4, depth})
     deep, lexical, embedded = {}, {}, {}
     for name, (texts, y) in sets.items():
         t = time.time()
-        lexical[name] = runner.lexical_outputs(texts)
         for n in steps:
-            # the classifier's own encoder expert: its product minus the lexical term it adds
-            deep[name, n] = torch.log_softmax(torch.from_numpy(runner.outputs(texts, n)) -
-                                              classifier.weight * torch.from_numpy(lexical[name]), -1).numpy()
+            experts = runner.expert_outputs(texts, n)
+            deep[name, n], lexical[name] = experts["encoder"], experts["lexical"]  # lexical: the same at every n
             embedded[name, n] = torch.from_numpy(by_ids.outputs(texts, n))
         say("validation set %s (%d): experts at steps %s (%.0fs)" % (name, len(y), steps, time.time() - t))
 
@@ -169,9 +165,7 @@ def main():
         return float((logits.argmax(1) == sets[name][1]).mean())
 
     def objective(probes, lexical_weight, probe_weight, keep_bias):
-        return np.mean([(accuracy(probes, "choose", n, lexical_weight, probe_weight, keep_bias) +
-                         np.mean([accuracy(probes, l, n, lexical_weight, probe_weight, keep_bias) for l in ZERO_SHOT_LANGS])) / 2
-                        for n in steps])
+        return validation_objective(lambda name, n: accuracy(probes, name, n, lexical_weight, probe_weight, keep_bias), steps)
 
     best = None
     for l2, probe, probes in candidates:

@@ -29,14 +29,11 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from odeserve_models import families  # noqa: E402
-from odeserve_models.data import Encoded, classifier_validation_sets, load_jsonl  # noqa: E402
+from odeserve_models.data import Encoded, classifier_validation_sets, load_jsonl, validation_objective  # noqa: E402
 from odeserve_models.evaluation import Runner  # noqa: E402
 from odeserve_models.lexical import DEFAULT_BUCKETS, feature_rows  # noqa: E402
 from odeserve_models.progress import progress_log  # noqa: E402
 from odeserve_models.verify import load_model_dir  # noqa: E402
-
-ZERO_SHOT_LANGS = ("de", "fr", "it", "da")
-
 
 def bags(seqs, vocab, buckets, length_power):
     """Per text: (table rows it sums, weight of each row) for an EmbeddingBag."""
@@ -150,7 +147,7 @@ def main():
     # descriptions of validation packages, labelled with their package's section), because the
     # weight trades English accuracy against the encoder's cross-lingual transfer.
     sets = {name: (texts, [tok.ids(t) for t in texts], y) for name, (texts, y) in
-            classifier_validation_sets(lab_id, a.zero_shot_rows, a.seed, ZERO_SHOT_LANGS).items()}
+            classifier_validation_sets(lab_id, a.zero_shot_rows, a.seed).items()}
     runner = Runner(encoder_module, Encoded(tok))
     steps = sorted({1, 2, 4, depth})
     deep, lex = {}, {}
@@ -167,9 +164,7 @@ def main():
         return float(((deep[name, n] + weight * lex[name, keep_bias]).argmax(1) == sets[name][2]).mean())
 
     def objective(weight, keep_bias):
-        """Mean over step counts of (English accuracy + mean zero-shot accuracy) / 2."""
-        return np.mean([(accuracy("choose", weight, keep_bias, n) +
-                         np.mean([accuracy(l, weight, keep_bias, n) for l in ZERO_SHOT_LANGS])) / 2 for n in steps])
+        return validation_objective(lambda name, n: accuracy(name, weight, keep_bias, n), steps)
 
     grid = [(0.25 * i, keep_bias) for i in range(1, 25) for keep_bias in (True, False)]
     scores = {g: objective(*g) for g in grid}

@@ -7,7 +7,6 @@ is the one the model runs; the output is the product of the three experts.
 
   /usr/bin/python3 -m unittest discover -s tests/models -p 'test_embedding_probe.py'
 """
-import importlib.util
 import json
 import os
 import pathlib
@@ -23,15 +22,14 @@ import torch.nn.functional as F  # noqa: E402
 
 from odeserve_models import families  # noqa: E402
 from odeserve_models.hashing import PieceHasher  # noqa: E402
-from odeserve_models.evaluation import load_run  # noqa: E402
+from odeserve_models.evaluation import Runner, load_run  # noqa: E402
 from odeserve_models.lexical import EmbeddingProbeClassifier, embedder_window, piece_feature_table  # noqa: E402
 from odeserve_models.solvers import solve  # noqa: E402
 from odeserve_models.text import Tokenizer  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("train_embedding_probe",
-                                               ROOT / "models" / "train" / "train_embedding_probe.py")
-trainer = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(trainer)
+from trainer_scripts import load_trainer  # noqa: E402
+
+trainer = load_trainer("train_embedding_probe")
 
 VOCAB, CLASSES, BUCKETS, DEPTH, HASH_DIM, WINDOW, EOS = 40, 5, 31, 4, 6, 7, 3
 H, HE = 16, 12
@@ -161,6 +159,29 @@ class EmbeddingProbeExpert(unittest.TestCase):
             self.assertEqual(int(window_mask[i].sum()), len(expected))
             alone = embedder_window(*classifier_tok.batch([text]), 64, classifier_tok.sp.eos_id())[0]
             self.assertEqual(alone[0].tolist(), ids[i, :alone.size(1)].tolist())
+
+    def test_the_runner_gives_each_experts_rows_in_text_order(self):
+        model = classifier()
+        texts = ["eleven pieces", "three pieces", "six pieces"]  # SEQS; Runner batches them by length
+
+        class Ids:  # stand-in for data.Encoded: the texts' ids are given
+            def encode(self, batch_texts):
+                return [SEQS[texts.index(t)] for t in batch_texts]
+
+            def collate(self, seqs):
+                return batch(seqs)
+
+        runner = Runner(model, Ids(), batch=2)
+        experts, product = runner.expert_outputs(texts, 2), runner.outputs(texts, 2)
+        self.assertEqual(sorted(experts), ["encoder", "lexical", "probe"])
+        with torch.no_grad():
+            for i, seq in enumerate(SEQS):
+                x, mask = batch([seq])
+                h = solve(model, model.input_stage(x, mask), mask, 2, "EULER")
+                deep, lexical = model.experts(h, mask)
+                for name, alone in (("encoder", deep), ("lexical", lexical), ("probe", model.probe_logprobs(h, mask))):
+                    torch.testing.assert_close(torch.from_numpy(experts[name][i]), alone[0], atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(torch.from_numpy(product[i]), model.output_stage(h, mask)[0], atol=1e-5, rtol=1e-5)
 
     def test_a_training_run_loads_as_the_model_it_trained(self):
         torch.manual_seed(9)

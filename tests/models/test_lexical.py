@@ -6,7 +6,6 @@ experts.
 
   /usr/bin/python3 -m unittest discover -s tests/models -p 'test_lexical.py'
 """
-import importlib.util
 import pathlib
 import sys
 import unittest
@@ -21,9 +20,9 @@ from odeserve_models import families  # noqa: E402
 from odeserve_models.lexical import LexicalClassifier, bigram_buckets, feature_rows  # noqa: E402
 from odeserve_models.solvers import solve  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("train_lexical", ROOT / "models" / "train" / "train_lexical.py")
-train_lexical = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(train_lexical)
+from trainer_scripts import load_trainer  # noqa: E402
+
+train_lexical = load_trainer("train_lexical")
 
 VOCAB, CLASSES, BUCKETS, DEPTH = 40, 5, 31, 4
 

@@ -5,7 +5,6 @@ distillation from the TF-IDF teacher (train/tfidf_teacher.py).
 
   /usr/bin/python3 -m unittest discover -s tests/models -p 'test_train_init.py'
 """
-import importlib.util
 import os
 import pathlib
 import sys
@@ -21,9 +20,9 @@ import torch.nn as nn  # noqa: E402
 
 from odeserve_models import cpu, families  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("train", ROOT / "models" / "train" / "train.py")
-train = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(train)
+from trainer_scripts import load_trainer  # noqa: E402
+
+train = load_trainer("train")
 
 SIZE = dict(vocab=50, emb=8, hidden=16, heads=2, ffn=32, trained_depth=2)
 LABELS = 5
@@ -120,9 +119,7 @@ class WordDropout(unittest.TestCase):
         self.assertTrue(torch.equal(mask[:4, 1:300], torch.ones(4, 299)), "the input mask is not modified")
 
 
-_tspec = importlib.util.spec_from_file_location("tfidf_teacher", ROOT / "models" / "train" / "tfidf_teacher.py")
-tfidf_teacher = importlib.util.module_from_spec(_tspec)
-_tspec.loader.exec_module(tfidf_teacher)
+tfidf_teacher = load_trainer("tfidf_teacher")
 
 
 class Distillation(unittest.TestCase):
