@@ -180,7 +180,8 @@ def adaptive_summary(report):
             "throughput_rps": report["throughput_rps"],
             "errors": report["overall"]["errors"],
             "by_class": {k: {"hit_rate": v["client_hit_rate"], "mean_steps": v["steps"]["mean"],
-                             "p99_ms": v["latency_ms"]["p99"]}
+                             "mean_field_evaluations": v["field_evaluations"]["mean"],
+                             "choices": v["choice_histogram"], "p99_ms": v["latency_ms"]["p99"]}
                          for k, v in class_table(report).items()}}
 
 

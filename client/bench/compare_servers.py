@@ -63,8 +63,9 @@ def describe(name, report):
     if "client_hit_rate" in overall and report.get("classes"):
         line += ", within budget %s%%" % number(overall["client_hit_rate"], "%.2f", 100)
         for c in report["classes"]:
-            line += " | %s: %s%%, %s steps, p99 %s ms, server queue %s + compute %s ms" % (
+            line += " | %s: %s%%, %s steps (%s evaluations), p99 %s ms, server queue %s + compute %s ms" % (
                 c["label"], number(c["client_hit_rate"], "%.2f", 100), number(c["steps"]["mean"], "%.2f"),
+                number(c["field_evaluations"]["mean"], "%.2f"),
                 number(c["latency_ms"]["p99"], "%.1f"), number(c["server_ms"]["queue_mean"], "%.1f"),
                 number(c["server_ms"]["compute_mean"], "%.1f"))
     if overall.get("errors"):

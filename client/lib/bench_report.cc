@@ -15,6 +15,16 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr int kStepChoiceBudgetFloor = 4;  // odeserve.v1.StepChoice.BUDGET_FLOOR
 
+// odeserve.v1.Solver values, lower-cased as the CLIs spell them (no proto types in this layer).
+std::string SolverLabel(int solver) {
+  switch (solver) {
+    case 1: return "euler";
+    case 2: return "heun";
+    case 3: return "rk4";
+    default: return absl::StrCat("solver", solver);
+  }
+}
+
 void AddRecord(ClassSummary& c, const CallRecord& r) {
   ++c.requests;
   if (r.code == kDroppedCode) {  // never sent: no lag, no latency
@@ -35,6 +45,8 @@ void AddRecord(ClassSummary& c, const CallRecord& r) {
   if (r.step_choice == kStepChoiceBudgetFloor) ++c.floor_served;
   c.steps.Add(r.steps);
   ++c.steps_histogram[r.steps];
+  c.field_evaluations.Add(r.field_evaluations);
+  ++c.choice_histogram[absl::StrCat(SolverLabel(r.solver), "-", r.steps)];
   c.queue_ms.Add(r.queue_ms);
   c.compute_ms.Add(r.compute_ms);
   c.server_total_ms.Add(r.server_total_ms);
@@ -52,11 +64,22 @@ std::string StepsCell(const ClassSummary& c) {
   return absl::StrFormat("%.2f (%g-%g)", c.steps.Mean(), c.steps.Min(), c.steps.Max());
 }
 
-std::string ErrorsCell(const std::map<std::string, int64_t>& errors) {
-  if (errors.empty()) return "-";
+std::string EvaluationsCell(const ClassSummary& c) {
+  return c.field_evaluations.empty() ? "-" : absl::StrFormat("%.2f", c.field_evaluations.Mean());
+}
+
+// "key=n,key=n", or "-" when empty: error codes, and the (solver, steps) choices.
+std::string CountsCell(const std::map<std::string, int64_t>& counts) {
+  if (counts.empty()) return "-";
   std::vector<std::string> parts;
-  for (const auto& [code, n] : errors) parts.push_back(absl::StrCat(code, "=", n));
+  for (const auto& [key, n] : counts) parts.push_back(absl::StrCat(key, "=", n));
   return absl::StrJoin(parts, ",");
+}
+
+void WriteCounts(JsonWriter& w, absl::string_view key, const std::map<std::string, int64_t>& counts) {
+  w.Key(key).BeginObject();
+  for (const auto& [name, n] : counts) w.Field(name, n);
+  w.EndObject();
 }
 
 void WriteSamples(JsonWriter& w, absl::string_view key, const Samples& s) {
@@ -95,6 +118,8 @@ void WriteClass(JsonWriter& w, const ClassSummary& c) {
   w.Key("steps_histogram").BeginObject();
   for (const auto& [steps, n] : c.steps_histogram) w.Field(absl::StrCat(steps), n);
   w.EndObject();
+  WriteSamples(w, "field_evaluations", c.field_evaluations);
+  WriteCounts(w, "choice_histogram", c.choice_histogram);
   w.Key("server_ms").BeginObject();
   w.Field("queue_mean", c.queue_ms.Mean());
   w.Field("queue_p99", c.queue_ms.Percentile(99));
@@ -105,9 +130,7 @@ void WriteClass(JsonWriter& w, const ClassSummary& c) {
   w.EndObject();
   w.Field("prediction_mean_abs_relative_error", c.prediction_error.Mean());
   w.Field("mean_batch_size", c.MeanBatchSize());
-  w.Key("errors").BeginObject();
-  for (const auto& [code, n] : c.errors) w.Field(code, n);
-  w.EndObject();
+  WriteCounts(w, "errors", c.errors);
   w.EndObject();
 }
 
@@ -202,23 +225,29 @@ std::string FormatSummaryTable(const BenchSummary& s) {
                   "  cost-model error ", Pct(a.prediction_error.Mean()), "  batch ",
                   absl::StrFormat("%.2f", a.MeanBatchSize()), "\n\n");
 
-  const char* fmt = "%-8s %8s %8s %8s %8s %8s %8s %9s %9s %18s %7s %8s %7s  %s\n";
+  const char* fmt = "%-8s %8s %8s %8s %8s %8s %8s %9s %9s %18s %6s %7s %8s %7s  %s\n";
   absl::StrAppendFormat(&out, fmt, "budget", "reqs", "ok", "p50", "p90", "p99", "max", "hit",
-                        "met(srv)", "steps mean(min-max)", "queue", "compute", "floor", "errors");
+                        "met(srv)", "steps mean(min-max)", "evals", "queue", "compute", "floor",
+                        "errors");
   auto row = [&](const ClassSummary& c) {
     absl::StrAppendFormat(&out, fmt, c.label, absl::StrCat(c.requests), absl::StrCat(c.ok),
                           Ms(c.latency_ms.Percentile(50)), Ms(c.latency_ms.Percentile(90)),
                           Ms(c.latency_ms.Percentile(99)), Ms(c.latency_ms.Max()),
                           Pct(c.ClientHitRate()), Pct(c.ServerMetRate()), StepsCell(c),
-                          Ms(c.queue_ms.Mean()), Ms(c.compute_ms.Mean()),
-                          absl::StrCat(c.floor_served), ErrorsCell(c.errors));
+                          EvaluationsCell(c), Ms(c.queue_ms.Mean()), Ms(c.compute_ms.Mean()),
+                          absl::StrCat(c.floor_served), CountsCell(c.errors));
   };
   for (const auto& c : s.classes) row(c);
   if (s.classes.size() > 1) row(s.overall);
+  absl::StrAppend(&out, "\nchoices (solver-steps=calls):\n");
+  for (const auto& c : s.classes) {
+    absl::StrAppendFormat(&out, "  %-8s %s\n", c.label, CountsCell(c.choice_histogram));
+  }
   absl::StrAppend(&out,
                   "\nhit = OK and client latency <= budget, over all calls of the class (errors and "
                   "dropped arrivals are misses); "
-                  "met(srv) = server-reported budget_met; floor = budget missed, floor served\n");
+                  "met(srv) = server-reported budget_met; evals = mean field evaluations (steps x the "
+                  "solver's evaluations per step); floor = budget missed, floor served\n");
   return out;
 }
 
@@ -294,9 +323,11 @@ std::string SummaryToSvg(const BenchSummary& s) {
     BarItem bar;
     bar.label = c.budget_ms ? absl::StrCat("budget ", c.label) : "no budget";
     bar.value = c.steps.empty() ? kNaN : c.steps.Mean();
-    bar.annotation = c.steps.empty() ? "no reports"
-                                     : absl::StrFormat("%.2f (%g-%g)", c.steps.Mean(),
-                                                       c.steps.Min(), c.steps.Max());
+    bar.annotation = c.steps.empty()
+                         ? "no reports"
+                         : absl::StrFormat("%.2f (%g-%g), %.2f evaluations", c.steps.Mean(),
+                                           c.steps.Min(), c.steps.Max(),
+                                           c.field_evaluations.Mean());
     any_steps |= !c.steps.empty();
     spec.bars.push_back(std::move(bar));
   }

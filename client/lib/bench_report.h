@@ -50,10 +50,14 @@ struct ClassSummary {
   Samples latency_ms;       // OK calls only
   Samples send_lag_ms;      // every call: the load generator's own lateness
   Samples steps;            // reported calls
+  Samples field_evaluations;  // reported calls: steps times the solver's evaluations per step
   Samples queue_ms, compute_ms, server_total_ms;
   Samples prediction_error;  // |predicted - total| / total, reported calls with both > 0
   double batch_size_sum = 0;
   std::map<int, int64_t> steps_histogram;
+  // Reported calls by the (solver, steps) the server ran, keyed "heun-1", "euler-4": the steps
+  // alone hide a choice of a costlier solver.
+  std::map<std::string, int64_t> choice_histogram;
   std::map<std::string, int64_t> errors;  // by gRPC code name
 
   /// Fraction of all calls in the class that returned OK within the budget (errors count as

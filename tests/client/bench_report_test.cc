@@ -15,6 +15,8 @@ CallRecord Ok(size_t cls, double latency, int steps, bool met, double queue = 1,
   r.latency_ms = latency;
   r.has_report = true;
   r.steps = steps;
+  r.solver = 1;  // EULER: one evaluation per step
+  r.field_evaluations = steps;
   r.budget_met = met;
   r.queue_ms = queue;
   r.compute_ms = compute;
@@ -40,6 +42,8 @@ BenchSummary Example() {
       Ok(1, 10, 12, true), Ok(1, 20, 12, true), Err(1, 8),        // RESOURCE_EXHAUSTED
   };
   records[2].step_choice = 4;  // served the floor
+  records[1].solver = 2;        // HEUN: two evaluations per step
+  records[1].field_evaluations = 12;
   records[3].send_lag_ms = 0.8;  // the generator sent these late (errors count too)
   records[2].send_lag_ms = 0.2;
   RunInfo info;
@@ -72,6 +76,9 @@ TEST(BenchReportTest, AggregatesPerClass) {
   EXPECT_DOUBLE_EQ(c5.steps.Mean(), 14.0 / 3);
   EXPECT_EQ(c5.steps_histogram.at(4), 2);
   EXPECT_EQ(c5.steps_histogram.at(6), 1);
+  EXPECT_DOUBLE_EQ(c5.field_evaluations.Mean(), 20.0 / 3);  // Euler-4 twice, Heun-6 once
+  EXPECT_EQ(c5.choice_histogram, (std::map<std::string, int64_t>{{"euler-4", 2}, {"heun-6", 1}}));
+  EXPECT_EQ(s.classes[1].choice_histogram, (std::map<std::string, int64_t>{{"euler-12", 2}}));
   EXPECT_DOUBLE_EQ(c5.latency_ms.Percentile(50), 4);
   EXPECT_DOUBLE_EQ(c5.latency_ms.Max(), 7);
   EXPECT_EQ(c5.errors.at("DEADLINE_EXCEEDED"), 1);
@@ -152,6 +159,8 @@ TEST(BenchReportTest, TableShowsEveryClass) {
   EXPECT_NE(t.find("50.0%"), std::string::npos) << t;
   EXPECT_NE(t.find("DEADLINE_EXCEEDED=1"), std::string::npos) << t;
   EXPECT_NE(t.find("4.67 (4-6)"), std::string::npos) << t;
+  EXPECT_NE(t.find("6.67"), std::string::npos) << t;  // mean evaluations of the 5ms class
+  EXPECT_NE(t.find("5ms      euler-4=2,heun-6=1"), std::string::npos) << t;
 }
 
 TEST(BenchReportTest, JsonParsesBackWithTheNumbers) {
@@ -164,6 +173,8 @@ TEST(BenchReportTest, JsonParsesBackWithTheNumbers) {
       "d[\"classes\"][0][\"label\"] == \"5ms\" and d[\"classes\"][0][\"budget_ms\"] == 5 and "
       "d[\"classes\"][1][\"budget_ms\"] is None and "
       "d[\"classes\"][0][\"steps_histogram\"] == {\"4\": 2, \"6\": 1} and "
+      "d[\"classes\"][0][\"choice_histogram\"] == {\"euler-4\": 2, \"heun-6\": 1} and "
+      "d[\"classes\"][1][\"field_evaluations\"][\"mean\"] == 12 and "
       "d[\"classes\"][0][\"errors\"] == {\"DEADLINE_EXCEEDED\": 1} and "
       "d[\"overall\"][\"latency_ms\"][\"max\"] == 20 and d[\"run\"][\"mode\"] == \"closed\" and "
       "d[\"classes\"][0][\"send_lag_ms\"][\"max\"] == 0.8"));

@@ -29,7 +29,8 @@ class Describe(unittest.TestCase):
     def report(self, **overrides):
         latency = {"p50": overrides.get("p50", 3.0), "p99": overrides.get("p99", 9.0)}
         cls = {"label": "5ms", "client_hit_rate": overrides.get("hit", 0.5),
-               "steps": {"mean": overrides.get("steps", 2.0)}, "latency_ms": latency,
+               "steps": {"mean": overrides.get("steps", 2.0)},
+               "field_evaluations": {"mean": overrides.get("evaluations", 4.0)}, "latency_ms": latency,
                "server_ms": {"queue_mean": overrides.get("queue", 0.4), "compute_mean": 1.5}}
         return {"throughput_rps": overrides.get("rps", 100.0),
                 "overall": {"latency_ms": latency, "client_hit_rate": overrides.get("hit", 0.5), "errors": {}},
@@ -38,13 +39,14 @@ class Describe(unittest.TestCase):
     def test_formats_the_figures(self):
         line = compare_servers.describe("after", self.report())
         self.assertIn("after: 100.0 req/s, p50 3.00 ms, p99 9.00 ms, within budget 50.00%", line)
-        self.assertIn("5ms: 50.00%, 2.00 steps, p99 9.0 ms, server queue 0.4 + compute 1.5 ms", line)
+        self.assertIn("5ms: 50.00%, 2.00 steps (4.00 evaluations), p99 9.0 ms, server queue 0.4 + compute 1.5 ms", line)
 
     def test_null_figures_print_as_a_dash(self):
         # Every call failed: no latency, no steps, no queue time in the report.
-        line = compare_servers.describe("broken", self.report(p50=None, p99=None, steps=None, queue=None, hit=0.0))
+        line = compare_servers.describe("broken", self.report(p50=None, p99=None, steps=None, evaluations=None,
+                                                          queue=None, hit=0.0))
         self.assertIn("p50 - ms, p99 - ms", line)
-        self.assertIn("5ms: 0.00%, - steps, p99 - ms, server queue - + compute 1.5 ms", line)
+        self.assertIn("5ms: 0.00%, - steps (- evaluations), p99 - ms, server queue - + compute 1.5 ms", line)
 
 
 if __name__ == "__main__":
