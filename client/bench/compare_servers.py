@@ -32,7 +32,7 @@ import budget_benchmarks as bb  # noqa: E402  (Server, Bench, repository_copy)
 # BatchingConfig's fields (proto/odeserve/v1/model_config.proto): a line setting one of them that
 # the config lacks goes into its batching block; any other goes at the top level.
 BATCHING_FIELDS = {"max_batch_size", "max_batch_tokens", "max_queue_delay_us", "max_queue_size",
-                   "pad_to_multiple", "continuous_batching"}
+                   "pad_to_multiple", "continuous_batching", "queue_delay_when_idle"}
 
 
 def edit_config(text, lines):

@@ -232,6 +232,7 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
   sched.max_batch_size = config.batching().max_batch_size();
   sched.max_batch_tokens = config.batching().max_batch_tokens();
   sched.max_queue_delay = absl::Microseconds(config.batching().max_queue_delay_us());
+  sched.queue_delay_when_idle = config.batching().queue_delay_when_idle();
   sched.max_queue_size = config.batching().max_queue_size();
   sched.pad_to_multiple = servable->pad_to_multiple;
   sched.max_sequence_length = config.max_sequence_length();

@@ -118,7 +118,8 @@ void ApplyDefaults(ModelConfig& config) {
   auto* batching = config.mutable_batching();
   if (batching->max_batch_size() == 0) batching->set_max_batch_size(kDefaultMaxBatchSize);
   if (batching->max_batch_tokens() == 0) batching->set_max_batch_tokens(kDefaultMaxBatchTokens);
-  if (batching->max_queue_delay_us() == 0) batching->set_max_queue_delay_us(kDefaultMaxQueueDelayUs);
+  // Present even when 0: no wait for company is a setting, not a request for the default.
+  if (!batching->has_max_queue_delay_us()) batching->set_max_queue_delay_us(kDefaultMaxQueueDelayUs);
   if (batching->max_queue_size() == 0) batching->set_max_queue_size(kDefaultMaxQueueSize);
   if (config.max_inputs_per_request() == 0) config.set_max_inputs_per_request(kDefaultMaxInputsPerRequest);
   if (config.version().empty()) config.set_version("1");

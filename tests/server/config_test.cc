@@ -142,6 +142,19 @@ TEST(LoadModelConfig, DefaultsFillUnsetFields) {
   EXPECT_EQ(profile->points_size(), 0);
 }
 
+
+// 0 is a setting (start every batch at once), not "unset": it once silently meant 2 ms.
+TEST(LoadModelConfig, ZeroQueueDelayIsKept) {
+  ModelCopy copy("tiny-albert");
+  v1::ModelConfig config = copy.ReadRaw();
+  config.mutable_batching()->set_max_queue_delay_us(0);
+  copy.Write(config);
+  auto loaded = LoadModelConfig(copy.dir());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->batching().has_max_queue_delay_us());
+  EXPECT_EQ(loaded->batching().max_queue_delay_us(), 0);
+}
+
 TEST(LoadModelConfig, MissingConfigIsNotFoundNamingTheFile) {
   ModelCopy copy("tiny-albert");
   fs::remove(copy.config_file());

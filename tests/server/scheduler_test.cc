@@ -385,6 +385,68 @@ TEST(ModelScheduler, ItemsSubmittedTogetherRunInOneBatch) {
   EXPECT_EQ(a.calls, 1);
 }
 
+// queue_delay_when_idle = false (the server's default): a call that finds the model idle (its
+// last batch ran one call, nobody arrived meanwhile) starts at once; after a batch with company
+// the batcher waits for company again.
+TEST(ModelScheduler, IdleModelStartsACallAtOnceAndWaitsAgainAfterCompany) {
+  auto executor = std::make_shared<FakeExecutor>();
+  SchedulerOptions options = Options();
+  options.max_queue_delay = absl::Seconds(1);
+  options.queue_delay_when_idle = false;
+  ModelScheduler scheduler(options, executor);
+  // A fresh model has no history and waits; this first call may not (its budget says start now).
+  Completion first;
+  auto item = Item({Row(1, 5)}, 1, first);
+  item->latest_start = absl::Now();
+  ASSERT_TRUE(scheduler.Submit(std::move(item)).ok());
+  ASSERT_TRUE(first.Wait().ok());
+
+  // Its batch ran alone: the model is idle, so the next call neither waits nor is told it will
+  // (once the batcher is back from the batch: the call completes before that).
+  PlanRequest request;
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  while (scheduler.ForecastQueue(request, Solver::kEuler).wait > absl::ZeroDuration() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(scheduler.ForecastQueue(request, Solver::kEuler).wait, absl::ZeroDuration());
+  Completion alone;
+  ASSERT_TRUE(scheduler.Submit(Item({Row(2, 5)}, 1, alone)).ok());
+  ASSERT_TRUE(alone.Wait().ok());
+  EXPECT_LT(alone.Wait()->queue_time, absl::Milliseconds(500));
+
+  // Two calls arrive while a batch runs: company. The next lone call waits the delay again.
+  Completion plug, c, d;
+  Plug(scheduler, *executor, plug, /*runs_before=*/2);
+  ASSERT_TRUE(scheduler.Submit(Item({Row(3, 5)}, 1, c)).ok());
+  ASSERT_TRUE(scheduler.Submit(Item({Row(4, 5)}, 1, d)).ok());
+  executor->Release();
+  ASSERT_TRUE(c.Wait().ok());
+  ASSERT_TRUE(d.Wait().ok());
+  EXPECT_GE(scheduler.ForecastQueue(request, Solver::kEuler).wait, options.max_queue_delay);
+  Completion after_company;
+  ASSERT_TRUE(scheduler.Submit(Item({Row(5, 5)}, 1, after_company)).ok());
+  ASSERT_TRUE(after_company.Wait().ok());
+  EXPECT_GE(after_company.Wait()->queue_time, absl::Milliseconds(950));
+  const auto batches = executor->batches();
+  ASSERT_EQ(batches.size(), 5u);
+  EXPECT_EQ(batches[3].rows.size(), 2u);  // c and d together
+}
+
+// The default for direct users of the scheduler (and config queue_delay_when_idle: true): a lone
+// call waits for company even right after a batch that ran alone.
+TEST(ModelScheduler, QueueDelayWhenIdleKeepsTheWait) {
+  auto executor = std::make_shared<FakeExecutor>();
+  SchedulerOptions options = Options();
+  options.max_queue_delay = absl::Milliseconds(200);
+  ModelScheduler scheduler(options, executor);
+  Completion first, second;
+  ASSERT_TRUE(scheduler.Submit(Item({Row(1, 5)}, 1, first)).ok());
+  ASSERT_TRUE(first.Wait().ok());
+  ASSERT_TRUE(scheduler.Submit(Item({Row(2, 5)}, 1, second)).ok());
+  ASSERT_TRUE(second.Wait().ok());
+  EXPECT_GE(second.Wait()->queue_time, absl::Milliseconds(190));
+}
+
 TEST(ModelScheduler, AFullBatchStartsWithoutWaitingForTheQueueDelay) {
   auto executor = std::make_shared<FakeExecutor>();
   SchedulerOptions options = Options();
