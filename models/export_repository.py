@@ -18,7 +18,7 @@ import torch  # noqa: E402
 from eval_sets import profile_sets  # noqa: E402
 from odeserve_models.data import Encoded  # noqa: E402
 from odeserve_models.evaluation import Runner, classification_metrics, load_run, retrieval_metrics  # noqa: E402
-from odeserve_models.export import config_text, export_model, quality_text  # noqa: E402
+from odeserve_models.export import config_text, export_model, quality_text, unresolvable_gap  # noqa: E402
 from odeserve_models.verify import load_model_dir, verify_model_dir  # noqa: E402
 
 DESCRIPTIONS = {
@@ -35,6 +35,11 @@ DESCRIPTIONS = {
 LANGS = ["en", "de", "fr", "it", "da", "es", "pt", "ru", "pl", "ja", "cs"]
 
 
+# Inputs each profile point is measured on: the validation descriptions (classification) and the
+# en -> de queries (retrieval, among as many candidates).
+PROFILE_ITEMS = {"CLASSIFICATION": 600, "EMBEDDING": 300}
+
+
 def profile(runner, task, sets, L):
     grid = [("EULER", n) for n in range(1, L + 1)] + [("EULER", 2 * L)] + \
            [("HEUN", n) for n in (1, 2, 4)] + [("RK4", n) for n in (1, 2)]
@@ -44,17 +49,20 @@ def profile(runner, task, sets, L):
         t = time.time()
         if task == "CLASSIFICATION":
             texts, y = sets["sections-valid-en"]
-            texts, y = texts[:600], y[:600]
+            items = PROFILE_ITEMS[task]
+            texts, y = texts[:items], y[:items]
             m = classification_metrics(runner.outputs(texts, n, solver), np.array([lid[l] for l in y]), len(labels))
-            pts.append(dict(solver=solver, steps=n, metric="accuracy", value=m["accuracy"], dataset="sections-valid-en (600)"))
-            pts.append(dict(solver=solver, steps=n, metric="macro_f1", value=m["macro_f1"], dataset="sections-valid-en (600)"))
+            pts.append(dict(solver=solver, steps=n, metric="accuracy", value=m["accuracy"], dataset="sections-valid-en (%d)" % len(y)))
+            pts.append(dict(solver=solver, steps=n, metric="macro_f1", value=m["macro_f1"],
+                            dataset="sections-valid-en (%d)" % len(y)))
         else:
             q, c = sets["retrieval-valid-en-de"]
-            q, c = q[:300], c[:300]
+            items = PROFILE_ITEMS[task]
+            q, c = q[:items], c[:items]
             m = retrieval_metrics(runner.outputs(q, n, solver), runner.outputs(c, n, solver))
             for k in ("recall@1", "recall@10"):
                 pts.append(dict(solver=solver, steps=n, metric=k, value=m[k],
-                                dataset="retrieval-valid-en-de (300 queries x 300 candidates)"))
+                                dataset="retrieval-valid-en-de (%d queries x %d candidates)" % (len(q), len(c))))
         print("  profile", solver, n, {p["metric"]: round(p["value"], 4) for p in pts[-2:]}, "%.0fs" % (time.time() - t), flush=True)
     return ("accuracy" if task == "CLASSIFICATION" else "recall@1"), pts
 
@@ -69,8 +77,9 @@ def main():
     ap.add_argument("--compute-precision", default="FLOAT32", choices=["FLOAT32", "BFLOAT16"],
                     help="config.pbtxt compute_precision (the server's bfloat16 autocast option)")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--quality-tolerance", type=float, default=0.0,
-                    help="config quality_tolerance: step choice takes the cheapest point within this of the best")
+    ap.add_argument("--quality-tolerance", default="0",
+                    help="config quality_tolerance: step choice takes the cheapest point within this of the best; "
+                         "'auto': the largest gap the profile's inputs cannot resolve (unresolvable_gap)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     model, enc, args, labels = load_run(a.run, a.task)
@@ -99,7 +108,8 @@ def main():
     cfg = config_text(a.name, model, a.task, desc, args["max_len"], steps=(1, 2 * L, L),
                       labels=labels if a.task == "CLASSIFICATION" else (), languages=LANGS,
                       hash_cfg=hash_cfg, version=a.version, compute_precision=a.compute_precision,
-                      quality_tolerance=a.quality_tolerance)
+                      quality_tolerance=(unresolvable_gap(PROFILE_ITEMS[a.task]) if a.quality_tolerance == "auto"
+                                         else float(a.quality_tolerance)))
     # export first (with a placeholder-free profile written after measuring the exported file)
     d = export_model(a.out, a.name, model, args["tokenizer"], cfg, quality_text("pending", []))
     cfg_d, tok_d, m_d = load_model_dir(d)

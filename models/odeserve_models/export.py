@@ -88,6 +88,19 @@ def config_text(name: str, model: SharedEncoderBase, task: str, description: str
     return "\n".join(L) + "\n"
 
 
+def unresolvable_gap(items: int, alpha: float = 0.05) -> float:
+    """The largest difference of two quality-profile points, as a fraction of the `items` both
+    were measured on, that an exact two-sided McNemar test at `alpha` can never call significant,
+    however the items split: with d items right for one point and wrong for the other and none
+    the other way round (the most telling split), p = 2 * 0.5**d. 5/600 at 600 items: a budgeted
+    call's step choice should not pay for differences the profile cannot resolve
+    (config quality_tolerance)."""
+    d = 0
+    while 2 * 0.5 ** (d + 1) >= alpha:
+        d += 1
+    return d / items
+
+
 def quality_text(primary_metric: str, points: List[Dict]) -> str:
     """points: dicts with solver, steps, metric, value, dataset."""
     L = ["primary_metric: %s" % _q(primary_metric)]

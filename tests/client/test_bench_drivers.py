@@ -25,6 +25,19 @@ class SaturationRate(unittest.TestCase):
             self.assertIsNone(budget_benchmarks.saturation_rate({"sweep": {"saturation_rps": 0, "points": points}}))
 
 
+class OverOracle(unittest.TestCase):
+    def test_steps_and_evaluations_over_the_oracle(self):
+        adaptive = {"classes": [
+            {"label": "5ms", "steps": {"mean": None}, "field_evaluations": {"mean": None}},
+            {"label": "20ms", "steps": {"mean": 1.0}, "field_evaluations": {"mean": 2.0}},
+            {"label": "40ms", "steps": {"mean": 3.0}, "field_evaluations": {"mean": 3.0}}]}
+        oracle = {"5ms": 1, "20ms": 2, "40ms": 0}
+        self.assertEqual(budget_benchmarks.over_oracle(adaptive, oracle, "steps"),
+                         {"5ms": None, "20ms": 0.5, "40ms": None})
+        self.assertEqual(budget_benchmarks.over_oracle(adaptive, oracle, "field_evaluations"),
+                         {"5ms": None, "20ms": 1.0, "40ms": None})
+
+
 class Describe(unittest.TestCase):
     def report(self, **overrides):
         latency = {"p50": overrides.get("p50", 3.0), "p99": overrides.get("p99", 9.0)}
