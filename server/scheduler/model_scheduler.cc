@@ -203,8 +203,7 @@ QueueForecast ModelScheduler::ForecastQueue(const PlanRequest& request, Solver s
   }
   // A batch that does not fill waits this long for company before it starts, unless the call
   // finds the model idle and it starts at once (SchedulerOptions::queue_delay_when_idle).
-  const bool starts_at_once = !options_.queue_delay_when_idle && !recent_company_ && queue_.empty() &&
-                              running_until_ == absl::InfinitePast();
+  const bool starts_at_once = !waits_for_company_ && queue_.empty() && running_until_ == absl::InfinitePast();
   return {wait + (starts_at_once ? absl::ZeroDuration() : options_.max_queue_delay), 0};
 }
 
@@ -538,7 +537,7 @@ void ModelScheduler::BatcherLoop() {
         continue;
       }
       if (queue_.empty()) break;
-      if (!recent_company_ && !options_.queue_delay_when_idle && queue_.size() == 1) break;
+      if (!waits_for_company_ && queue_.size() == 1) break;
       absl::Time fill_deadline = queue_.front()->enqueued + options_.max_queue_delay;
       for (const auto& entry : queue_) fill_deadline = std::min(fill_deadline, entry->item->latest_start);
       const absl::Time now = absl::Now();
@@ -573,7 +572,9 @@ void ModelScheduler::BatcherLoop() {
     if (!batch.empty()) RunBatch(std::move(batch));
     lock.lock();
     // Joined calls arrived while it ran, so they count as company too.
-    if (batch_calls > 0) recent_company_ = batch_calls > 1 || arrived_while_running_;
+    if (batch_calls > 0) {
+      waits_for_company_ = options_.queue_delay_when_idle || batch_calls > 1 || arrived_while_running_;
+    }
     running_until_ = absl::InfinitePast();
     running_.joinable = false;
     computing_.clear();

@@ -94,7 +94,8 @@ struct SchedulerOptions {
   int max_batch_tokens = 8192;
   absl::Duration max_queue_delay = absl::Milliseconds(2);
   // False: a call that finds the model idle (its last batch ran one call, and no call arrived
-  // while it ran) starts at once instead of waiting max_queue_delay for company.
+  // while it ran) starts at once instead of waiting max_queue_delay for company. True here, the
+  // plain batcher; the server passes config.pbtxt's batching.queue_delay_when_idle (unset = false).
   bool queue_delay_when_idle = true;
   int max_queue_size = 1024;  // queued rows
   // Batches run padded to a multiple of this many tokens (PaddedLength), at most
@@ -302,10 +303,10 @@ class ModelScheduler {
   // still unanswered (ExecBatch::arrivals_during_previous_batch of the next batch).
   std::vector<std::shared_ptr<Entry>> computing_;
   bool arrived_while_running_ = false;
-  // Whether the last batch had company (more than one call, or calls arriving while it ran):
-  // the batcher waits for company only then (SchedulerOptions::queue_delay_when_idle). True
-  // until a batch has run.
-  bool recent_company_ = true;
+  // Whether a call that finds nothing queued or running waits max_queue_delay for company:
+  // always with SchedulerOptions::queue_delay_when_idle, else only when the last batch had
+  // company (more than one call, or calls arriving while it ran). True until a batch has run.
+  bool waits_for_company_ = true;
   // The running batch, as of its last step boundary (continuous batching).
   struct RunningBatch {
     bool joinable = false;     // still takes rows at its step boundaries

@@ -142,7 +142,6 @@ TEST(LoadModelConfig, DefaultsFillUnsetFields) {
   EXPECT_EQ(profile->points_size(), 0);
 }
 
-
 // 0 is a setting (start every batch at once), not "unset": it once silently meant 2 ms.
 TEST(LoadModelConfig, ZeroQueueDelayIsKept) {
   ModelCopy copy("tiny-albert");
