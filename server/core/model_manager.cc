@@ -102,7 +102,11 @@ absl::Status ModelManager::LoadAll() {
                            config.steps().min(), ",", config.steps().max(), "] params=",
                            entry->servable->model->parameter_count(), " device=",
                            entry->servable->device, " precision=",
-                           v1::ComputePrecision_Name(entry->servable->precision), " load=",
+                           v1::ComputePrecision_Name(entry->servable->precision),
+                           entry->servable->bfloat16_weight_tensors > 0
+                               ? absl::StrCat(" (", entry->servable->bfloat16_weight_tensors, " weights stored bfloat16)")
+                               : "",
+                           " load=",
                            absl::StrFormat("%.2fs", seconds)));
     } else {
       entry->state = v1::FAILED;
@@ -176,6 +180,11 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
     LogWarning(absl::StrCat("model ", config.name(), ": its bfloat16 vocabulary shortlist (exact_logit_candidates ",
                             model->exported_logit_shortlist(), ") needs native bfloat16; decoding with the exact "
                             "float32 projection"));
+  }
+  if (servable->precision == v1::BFLOAT16) {
+    // Autocast would cast these at every call; cast once, the outputs are the same.
+    ASSIGN_OR_RETURN(const runtime::TorchModel::StoredWeights stored, model->StoreProductWeightsInBfloat16());
+    servable->bfloat16_weight_tensors = stored.tensors;
   }
   servable->model = std::move(model);
   servable->size_bytes = repository::FolderSizeBytes(dir);

@@ -32,6 +32,8 @@ struct Servable {
   std::string device;
   // What runs: config.compute_precision, or FLOAT32 where bfloat16 would only be emulated.
   v1::ComputePrecision precision = v1::FLOAT32;
+  // Weight tensors kept in bfloat16 for a bfloat16 model (TorchModel::StoreProductWeightsInBfloat16).
+  int bfloat16_weight_tensors = 0;
   // Batches run at token lengths that are multiples of this (config, or its default).
   int pad_to_multiple = 1;
 };

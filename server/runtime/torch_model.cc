@@ -1,9 +1,14 @@
 #include "server/runtime/torch_model.h"
 
 #include <ATen/autocast_mode.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/cuda.h>
 
 #include <fstream>
+#include <functional>
+#include <map>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -18,6 +23,42 @@ constexpr const char* kDecoderMethods[] = {"cross_kv", "decoder_input", "decoder
                                            "decoder_logits"};
 constexpr const char* kDecoderAttributes[] = {"decoder_depth", "max_len", "bos_id", "eos_id", "vocab_size"};
 constexpr const char* kShortlistAttribute = "exact_logit_candidates";
+
+// Products that autocast runs in bfloat16 on the CPU and on CUDA (LibTorch 1.13's
+// lower_precision_fp lists): each casts all its floating inputs, so one stored in bfloat16
+// gives the same result.
+bool IsBfloat16Product(torch::jit::NodeKind kind) {
+  namespace aten = c10::aten;
+  return kind == aten::linear || kind == aten::matmul || kind == aten::mm || kind == aten::bmm ||
+         kind == aten::addmm || kind == aten::baddbmm || kind == aten::addbmm;
+}
+
+// Uses that read a tensor's shape or device, not its values.
+bool ReadsOnlyMetadata(torch::jit::NodeKind kind) {
+  static const torch::jit::NodeKind numel = c10::Symbol::fromQualString("aten::numel");
+  return kind == numel || kind == c10::aten::size || kind == c10::aten::dim || kind == c10::prim::device;
+}
+
+// The attribute names from the module (`self`) down to `get_attr` (a chain of prim::GetAttr),
+// or empty when the chain starts elsewhere.
+std::vector<std::string> AttributePath(const torch::jit::Node* get_attr, const torch::jit::Value* self) {
+  std::vector<std::string> path;
+  const torch::jit::Node* node = get_attr;
+  while (true) {
+    path.insert(path.begin(), node->s(torch::jit::attr::name));
+    const torch::jit::Value* source = node->input();
+    if (source == self) return path;
+    node = source->node();
+    if (node->kind() != torch::jit::prim::GetAttr) return {};
+  }
+}
+
+void VisitNodes(torch::jit::Block* block, const std::function<void(torch::jit::Node*)>& visit) {
+  for (torch::jit::Node* node : block->nodes()) {
+    visit(node);
+    for (torch::jit::Block* inner : node->blocks()) VisitNodes(inner, visit);
+  }
+}
 
 }  // namespace
 
@@ -167,6 +208,53 @@ absl::StatusOr<std::unique_ptr<TorchModel>> TorchModel::Load(const std::string& 
         absl::StrCat(path, ": cannot load TorchScript module: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": cannot load TorchScript module: ", e.what()));
+  }
+}
+
+absl::StatusOr<TorchModel::StoredWeights> TorchModel::StoreProductWeightsInBfloat16() {
+  if (precision_ != ComputePrecision::kBFloat16) {
+    return absl::FailedPreconditionError("bfloat16 weights need compute precision bfloat16");
+  }
+  try {
+    std::vector<const char*> methods(std::begin(kRequiredMethods), std::end(kRequiredMethods));
+    if (has_decoder()) methods.insert(methods.end(), std::begin(kDecoderMethods), std::end(kDecoderMethods));
+    // Attribute path -> whether every read of it, in every served method, is a product or metadata.
+    std::map<std::vector<std::string>, bool> product_only;
+    for (const char* method : methods) {
+      // Inlined, the submodules' methods read their tensors through GetAttr chains from `self`.
+      const std::shared_ptr<torch::jit::Graph> graph = module_.get_method(method).graph()->copy();
+      torch::jit::Inline(*graph);
+      const torch::jit::Value* self = graph->inputs()[0];
+      VisitNodes(graph->block(), [&](torch::jit::Node* node) {
+        if (node->kind() != torch::jit::prim::GetAttr) return;
+        if (!node->output()->type()->isSubtypeOf(*c10::TensorType::get())) return;
+        std::vector<std::string> path = AttributePath(node, self);
+        if (path.empty()) return;
+        bool ok = true;
+        for (const torch::jit::Use& use : node->output()->uses()) {
+          const torch::jit::NodeKind kind = use.user->kind();
+          ok = ok && (IsBfloat16Product(kind) || ReadsOnlyMetadata(kind));
+        }
+        auto [it, inserted] = product_only.emplace(std::move(path), ok);
+        if (!inserted) it->second = it->second && ok;
+      });
+    }
+    c10::InferenceMode guard;
+    StoredWeights stored;
+    for (const auto& [path, ok] : product_only) {
+      if (!ok) continue;
+      torch::jit::Module owner = module_;
+      for (size_t i = 0; i + 1 < path.size(); ++i) owner = owner.attr(path[i]).toModule();
+      const c10::IValue value = owner.attr(path.back());
+      if (!value.isTensor() || value.toTensor().scalar_type() != torch::kFloat32) continue;
+      const torch::Tensor weight = value.toTensor();
+      owner.setattr(path.back(), weight.to(torch::kBFloat16));
+      ++stored.tensors;
+      stored.values += weight.numel();
+    }
+    return stored;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("storing bfloat16 weights failed: ", e.what_without_backtrace()));
   }
 }
 

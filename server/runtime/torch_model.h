@@ -83,6 +83,19 @@ class TorchModel {
   int logit_shortlist() const;           // K in effect (0: float32 projection)
   int exported_logit_shortlist() const { return exported_logit_shortlist_; }
 
+  /// For a bfloat16 model: stores in bfloat16 every float32 module tensor that the served
+  /// methods only pass to products autocast runs in bfloat16 (linear, matmul, mm, bmm, addmm,
+  /// baddbmm, addbmm) or only read the shape or device of. Autocast would cast each such tensor
+  /// at every call; cast once, the outputs are bit-identical and a call reads half the bytes.
+  /// Tensors with any other use (an embedding table, a position table that is sliced and added)
+  /// stay float32. Found by reading the inlined TorchScript graphs, so it holds for every input.
+  /// Call after Load, once; FailedPrecondition unless the precision is bfloat16.
+  struct StoredWeights {
+    int tensors = 0;
+    int64_t values = 0;
+  };
+  absl::StatusOr<StoredWeights> StoreProductWeightsInBfloat16();
+
   bool has_decoder() const { return decoder_depth_ > 0; }
   int decoder_depth() const { return decoder_depth_; }
   int decoder_positions() const { return decoder_positions_; }  // the decoder's position table

@@ -42,9 +42,16 @@ struct Loaded {
 std::string g_model_dir;
 std::string g_translate_model_dir;
 
-// The config's compute_precision is ignored: each benchmark names the precision it runs, so
-// float32 and bfloat16 compare in one run.
-Loaded* Load(const std::string& dir, bool bfloat16) {
+// How a benchmark runs the model (its `bf16` argument). The config's compute_precision is
+// ignored: each benchmark names the precision it runs, so they compare in one run.
+enum Precision : int {
+  kFloat32 = 0,
+  kBfloat16 = 1,             // as the server runs a bfloat16 model: product weights stored bfloat16
+  kBfloat16CastPerCall = 2,  // weights stored float32, cast by autocast at every call
+};
+
+Loaded* Load(const std::string& dir, int precision) {
+  const bool bfloat16 = precision != kFloat32;
   auto* l = new Loaded();
   auto config = repository::LoadModelConfig(dir);
   if (!config.ok()) {
@@ -64,6 +71,12 @@ Loaded* Load(const std::string& dir, bool bfloat16) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
     std::exit(2);
   }
+  if (precision == kBfloat16) {
+    if (auto stored = (*model)->StoreProductWeightsInBfloat16(); !stored.ok()) {
+      std::fprintf(stderr, "%s\n", stored.status().ToString().c_str());
+      std::exit(2);
+    }
+  }
   l->model = *std::move(model);
   runtime::InputLayout layout{options.hashed, options.hash.dim, l->tokenizer->pad_id()};
   if (translation) {
@@ -76,15 +89,23 @@ Loaded* Load(const std::string& dir, bool bfloat16) {
 }
 
 // One loaded copy per (folder, precision), made on first use.
-Loaded& Cached(const std::string& dir, bool bfloat16) {
-  static std::map<std::pair<std::string, bool>, Loaded*> loaded;
-  Loaded*& slot = loaded[{dir, bfloat16}];
-  if (slot == nullptr) slot = Load(dir, bfloat16);
+Loaded& Cached(const std::string& dir, int precision) {
+  static std::map<std::pair<std::string, int>, Loaded*> loaded;
+  Loaded*& slot = loaded[{dir, precision}];
+  if (slot == nullptr) slot = Load(dir, precision);
   return *slot;
 }
 
-Loaded& Model(bool bfloat16 = false) { return Cached(g_model_dir, bfloat16); }
-Loaded& Translator(bool bfloat16 = false) { return Cached(g_translate_model_dir, bfloat16); }
+Loaded& Model(int precision = kFloat32) { return Cached(g_model_dir, precision); }
+Loaded& Translator(int precision = kFloat32) { return Cached(g_translate_model_dir, precision); }
+
+const char* PrecisionLabel(int precision) {
+  switch (precision) {
+    case kBfloat16: return "bfloat16";
+    case kBfloat16CastPerCall: return "bfloat16, weights cast per call";
+    default: return "float32";
+  }
+}
 
 // A row of exactly `length` tokens of real-looking text.
 tokenizer::EncodedText Row(int length) {
@@ -96,10 +117,10 @@ tokenizer::EncodedText Row(int length) {
 }
 
 // Args: batch rows, tokens per row, steps as a divisor of L (steps = L / divisor), solver,
-// and optionally 1 for compute_precision BFLOAT16.
+// and a Precision.
 void BM_Batch(benchmark::State& state) {
-  const bool bfloat16 = state.range(4) == 1;
-  Loaded& m = Model(bfloat16);
+  const int precision = static_cast<int>(state.range(4));
+  Loaded& m = Model(precision);
   const int rows = static_cast<int>(state.range(0));
   const int length = std::min<int>(state.range(1), m.config.max_sequence_length());
   const int depth = m.config.trained_depth();
@@ -121,8 +142,8 @@ void BM_Batch(benchmark::State& state) {
   state.counters["steps"] = steps;
   state.counters["padded_tokens"] = rows * length;
   state.counters["field_evals/s"] = benchmark::Counter(static_cast<double>(evaluations), benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(scheduler::SolverName(solver)) + " L=" + std::to_string(depth) +
-                 (bfloat16 ? " bfloat16" : " float32"));
+  state.SetLabel(std::string(scheduler::SolverName(solver)) + " L=" + std::to_string(depth) + " " +
+                 PrecisionLabel(precision));
 }
 
 // Real English short descriptions (Debian packages), the kind of text translate-en-de serves.
@@ -145,11 +166,11 @@ constexpr const char* kSources[] = {
     "client library for the PostgreSQL database",
 };
 
-// Args: batch rows, beam size, decoder steps as a divisor of the decoder's L, and optionally 1
-// for compute_precision BFLOAT16. Encoder at L.
+// Args: batch rows, beam size, decoder steps as a divisor of the decoder's L, and a Precision.
+// Encoder at L.
 void BM_Translate(benchmark::State& state) {
-  const bool bfloat16 = state.range(3) == 1;
-  Loaded& m = Translator(bfloat16);
+  const int precision = static_cast<int>(state.range(3));
+  Loaded& m = Translator(precision);
   const int rows = static_cast<int>(state.range(0));
   const int beam = static_cast<int>(state.range(1));
   const int decoder_depth = m.config.translation().decoder_trained_depth();
@@ -182,8 +203,8 @@ void BM_Translate(benchmark::State& state) {
   state.counters["decoded_tokens/s"] = static_cast<double>(generated) / std::max(1e-9, decoder_seconds);
   state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(generated), benchmark::Counter::kIsRate);
   state.counters["tokens/batch"] = benchmark::Counter(static_cast<double>(generated), benchmark::Counter::kAvgIterations);
-  state.SetLabel("beam " + std::to_string(beam) + ", decoder L=" + std::to_string(decoder_depth) +
-                 (bfloat16 ? ", bfloat16" : ", float32"));
+  state.SetLabel("beam " + std::to_string(beam) + ", decoder L=" + std::to_string(decoder_depth) + ", " +
+                 PrecisionLabel(precision));
 }
 
 // Batch 1 and 16, greedy and beam 4, decoder at L and L/2 (tokens include each row's EOS).
@@ -218,7 +239,12 @@ BENCHMARK(BM_Batch)->ArgNames({"rows", "tokens", "L_over", "solver", "bf16"})
 // One bfloat16 Euler step (L_over = L) by batch size: where more intra-op threads start to pay
 // (compare runs with --intra_op_threads=1 and =2).
 BENCHMARK(BM_Batch)->ArgNames({"rows", "tokens", "L_over", "solver", "bf16"})
-    ->ArgsProduct({{1, 2, 4, 8, 16, 32}, {64}, {8}, {kEuler}, {1}})
+    ->ArgsProduct({{1, 2, 4, 8, 16, 32}, {64}, {8}, {kEuler}, {kBfloat16}})
+    ->Unit(benchmark::kMillisecond)->MinTime(0.5);
+// Against the sweep above (weights stored bfloat16 at load, as served): the same calls with
+// autocast casting the float32 weights at every call.
+BENCHMARK(BM_Batch)->ArgNames({"rows", "tokens", "L_over", "solver", "bf16"})
+    ->ArgsProduct({{1, 8, 32}, {64}, {8}, {kEuler}, {kBfloat16CastPerCall}})
     ->Unit(benchmark::kMillisecond)->MinTime(0.5);
 // The same sweep in float32: compare --row_parallel=0 and =1 (large calls' rows split across
 // the intra-op threads, since float32 products run on one OpenBLAS thread).

@@ -720,6 +720,44 @@ TEST_P(EveryTinyModel, Bfloat16ComputeIsAutocastAroundAFloat32State) {
   for (size_t r = 0; r < batch.rows.size(); ++r) EXPECT_EQ(again.outputs[r], want.outputs[r]) << "row " << r;
 }
 
+TEST_P(EveryTinyModel, Bfloat16WeightsStoredAtLoadGiveBitIdenticalOutputs) {
+  auto stored = LoadTiny(GetParam(), ComputePrecision::kBFloat16);
+  auto cast_per_call = LoadTiny(GetParam(), ComputePrecision::kBFloat16);
+  ASSERT_NE(stored, nullptr);
+  ASSERT_NE(cast_per_call, nullptr);
+  absl::StatusOr<TorchModel::StoredWeights> weights = stored->model->StoreProductWeightsInBfloat16();
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  EXPECT_GT(weights->tensors, 0) << "every tiny model has projections that autocast runs in bfloat16";
+  // Norms, biases added outside a product and token/position tables stay float32.
+  EXPECT_LT(weights->values, stored->model->parameter_count());
+  // Nothing float32 is left to store: the first call changed the module.
+  absl::StatusOr<TorchModel::StoredWeights> again = stored->model->StoreProductWeightsInBfloat16();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->tensors, 0);
+
+  TorchExecutor fast(stored->model, stored->layout);
+  TorchExecutor reference(cast_per_call->model, cast_per_call->layout);
+  for (const scheduler::Solver solver : {scheduler::Solver::kEuler, scheduler::Solver::kHeun}) {
+    ExecBatch batch{solver, {}};
+    for (size_t r = 0; r < stored->rows.size(); ++r) {
+      batch.rows.push_back({&stored->rows[r], r % 2 == 0 ? stored->depth : 1, {}});
+    }
+    RunResult want = RunBatch(reference, batch);
+    RunResult got = RunBatch(fast, batch);
+    ASSERT_TRUE(want.stats.ok()) << want.stats.status();
+    ASSERT_TRUE(got.stats.ok()) << got.stats.status();
+    // Autocast casts a float32 weight with the same rounding as the one cast at load.
+    for (size_t r = 0; r < batch.rows.size(); ++r) EXPECT_EQ(got.outputs[r], want.outputs[r]) << "row " << r;
+  }
+}
+
+TEST(TorchModel, StoringBfloat16WeightsNeedsABfloat16Model) {
+  auto tiny = LoadTiny("tiny-albert");
+  ASSERT_NE(tiny, nullptr);
+  absl::StatusOr<TorchModel::StoredWeights> weights = tiny->model->StoreProductWeightsInBfloat16();
+  EXPECT_EQ(weights.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyModels, EveryTinyModel,
                          ::testing::Values("tiny-albert", "tiny-sharebert", "tiny-eelbert", "tiny-classifier",
                                            "tiny-lexical", "tiny-probe"),
@@ -968,6 +1006,30 @@ TEST_F(TranslationExecutorTest, Bfloat16SearchFinishesEveryRowWithFloat32Scores)
     // Mean log-probabilities: finite and negative whatever the precision of the products.
     EXPECT_TRUE(std::isfinite(run.scores[r])) << r;
     EXPECT_LT(run.scores[r], 0.0f) << r;
+  }
+}
+
+TEST_F(TranslationExecutorTest, Bfloat16WeightsStoredAtLoadTranslateBitIdentically) {
+  auto stored = LoadTiny("tiny-translator", ComputePrecision::kBFloat16);
+  auto cast_per_call = LoadTiny("tiny-translator", ComputePrecision::kBFloat16);
+  ASSERT_NE(stored, nullptr);
+  ASSERT_NE(cast_per_call, nullptr);
+  absl::StatusOr<TorchModel::StoredWeights> weights = stored->model->StoreProductWeightsInBfloat16();
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  EXPECT_GT(weights->tensors, 0);
+  const int max_output = stored->config.translation().max_output_tokens();
+  TranslationExecutor fast(stored->model, stored->layout, max_output);
+  TranslationExecutor reference(cast_per_call->model, cast_per_call->layout, max_output);
+  const ExecBatch batch{scheduler::Solver::kEuler,
+                        {{&stored->rows[0], 4, {4, 1, 12, 1}}, {&stored->rows[1], 2, {2, 3, 12, 1}},
+                         {&stored->rows[3], 4, {4, 3, 12, 1}}}};
+  Translated want = Translate(reference, batch);
+  Translated got = Translate(fast, batch);
+  ASSERT_TRUE(want.stats.ok()) << want.stats.status();
+  ASSERT_TRUE(got.stats.ok()) << got.stats.status();
+  for (size_t r = 0; r < batch.rows.size(); ++r) {
+    EXPECT_EQ(got.tokens[r], want.tokens[r]) << "row " << r;
+    EXPECT_EQ(got.scores[r], want.scores[r]) << "row " << r;
   }
 }
 
