@@ -60,6 +60,28 @@ void VisitNodes(torch::jit::Block* block, const std::function<void(torch::jit::N
   }
 }
 
+// torch::jit::Inline leaves a loaded module's calls to TorchScript functions (torch.nn.functional's
+// and the model's own helpers) in place, and those hide the aten products behind them: inline them
+// too, until no call is left.
+void InlineEveryCall(torch::jit::Graph& graph) {
+  while (true) {
+    torch::jit::Inline(graph);
+    std::vector<torch::jit::Node*> calls;
+    VisitNodes(graph.block(), [&](torch::jit::Node* node) {
+      if (node->kind() == torch::jit::prim::CallFunction) calls.push_back(node);
+    });
+    bool inlined = false;
+    for (torch::jit::Node* call : calls) {
+      torch::jit::GraphFunction* function = torch::jit::tryToGraphFunction(call);
+      if (function == nullptr) continue;
+      call->removeInput(0);  // the function constant; the callee takes the rest
+      torch::jit::inlineCallTo(call, function);
+      inlined = true;
+    }
+    if (!inlined) return;
+  }
+}
+
 }  // namespace
 
 PrecisionScope::PrecisionScope(ComputePrecision precision, const torch::Device& device) {
@@ -221,9 +243,10 @@ absl::StatusOr<TorchModel::StoredWeights> TorchModel::StoreProductWeightsInBfloa
     // Attribute path -> whether every read of it, in every served method, is a product or metadata.
     std::map<std::vector<std::string>, bool> product_only;
     for (const char* method : methods) {
-      // Inlined, the submodules' methods read their tensors through GetAttr chains from `self`.
+      // Inlined, the submodules' methods and functions read their tensors through GetAttr chains
+      // from `self`.
       const std::shared_ptr<torch::jit::Graph> graph = module_.get_method(method).graph()->copy();
-      torch::jit::Inline(*graph);
+      InlineEveryCall(*graph);
       const torch::jit::Value* self = graph->inputs()[0];
       VisitNodes(graph->block(), [&](torch::jit::Node* node) {
         if (node->kind() != torch::jit::prim::GetAttr) return;

@@ -79,11 +79,9 @@ struct TinyModel {
   int depth = 0;
 };
 
-// Loads a tiny model the way server/core/model_manager.cc does.
-std::unique_ptr<TinyModel> LoadTiny(const std::string& name,
-                                    ComputePrecision precision = ComputePrecision::kFloat32) {
+// Loads the model in `dir` the way server/core/model_manager.cc does.
+std::unique_ptr<TinyModel> LoadModelIn(const fs::path& dir, ComputePrecision precision) {
   auto tiny = std::make_unique<TinyModel>();
-  const fs::path dir = kRepository / name;
   auto config = repository::LoadModelConfig(dir);
   EXPECT_TRUE(config.ok()) << config.status();
   if (!config.ok()) return nullptr;
@@ -111,6 +109,11 @@ std::unique_ptr<TinyModel> LoadTiny(const std::string& name,
     tiny->rows.push_back(*std::move(encoded));
   }
   return tiny;
+}
+
+std::unique_ptr<TinyModel> LoadTiny(const std::string& name,
+                                    ComputePrecision precision = ComputePrecision::kFloat32) {
+  return LoadModelIn(kRepository / name, precision);
 }
 
 int OutputWidth(const v1::ModelConfig& config) {
@@ -720,6 +723,24 @@ TEST_P(EveryTinyModel, Bfloat16ComputeIsAutocastAroundAFloat32State) {
   for (size_t r = 0; r < batch.rows.size(); ++r) EXPECT_EQ(again.outputs[r], want.outputs[r]) << "row " << r;
 }
 
+// Runs the same batch (even rows at full depth, odd rows at `short_steps`) through both models and
+// expects bit-identical outputs: autocast casts a float32 weight with the same rounding as the
+// cast at load.
+void ExpectSameOutputs(const TinyModel& stored, const TinyModel& cast_per_call, scheduler::Solver solver,
+                       int short_steps) {
+  TorchExecutor fast(stored.model, stored.layout);
+  TorchExecutor reference(cast_per_call.model, cast_per_call.layout);
+  ExecBatch batch{solver, {}};
+  for (size_t r = 0; r < stored.rows.size(); ++r) {
+    batch.rows.push_back({&stored.rows[r], r % 2 == 0 ? stored.depth : short_steps, {}});
+  }
+  RunResult want = RunBatch(reference, batch);
+  RunResult got = RunBatch(fast, batch);
+  ASSERT_TRUE(want.stats.ok()) << want.stats.status();
+  ASSERT_TRUE(got.stats.ok()) << got.stats.status();
+  for (size_t r = 0; r < batch.rows.size(); ++r) EXPECT_EQ(got.outputs[r], want.outputs[r]) << "row " << r;
+}
+
 TEST_P(EveryTinyModel, Bfloat16WeightsStoredAtLoadGiveBitIdenticalOutputs) {
   auto stored = LoadTiny(GetParam(), ComputePrecision::kBFloat16);
   auto cast_per_call = LoadTiny(GetParam(), ComputePrecision::kBFloat16);
@@ -735,20 +756,27 @@ TEST_P(EveryTinyModel, Bfloat16WeightsStoredAtLoadGiveBitIdenticalOutputs) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->tensors, 0);
 
-  TorchExecutor fast(stored->model, stored->layout);
-  TorchExecutor reference(cast_per_call->model, cast_per_call->layout);
   for (const scheduler::Solver solver : {scheduler::Solver::kEuler, scheduler::Solver::kHeun}) {
-    ExecBatch batch{solver, {}};
-    for (size_t r = 0; r < stored->rows.size(); ++r) {
-      batch.rows.push_back({&stored->rows[r], r % 2 == 0 ? stored->depth : 1, {}});
-    }
-    RunResult want = RunBatch(reference, batch);
-    RunResult got = RunBatch(fast, batch);
-    ASSERT_TRUE(want.stats.ok()) << want.stats.status();
-    ASSERT_TRUE(got.stats.ok()) << got.stats.status();
-    // Autocast casts a float32 weight with the same rounding as the one cast at load.
-    for (size_t r = 0; r < batch.rows.size(); ++r) EXPECT_EQ(got.outputs[r], want.outputs[r]) << "row " << r;
+    ExpectSameOutputs(*stored, *cast_per_call, solver, 1);
   }
+}
+
+// The trained classifier reaches its products through torch.nn.functional and its own helper
+// functions, which torch::jit::Inline alone leaves as calls: every one of its projections is found.
+TEST(TorchModel, Bfloat16WeightsStoredAtLoadCoverTheBundledClassifier) {
+  auto stored = LoadModelIn(ODESERVE_BUNDLED_CLASSIFIER, ComputePrecision::kBFloat16);
+  auto cast_per_call = LoadModelIn(ODESERVE_BUNDLED_CLASSIFIER, ComputePrecision::kBFloat16);
+  ASSERT_NE(stored, nullptr);
+  ASSERT_NE(cast_per_call, nullptr);
+  absl::StatusOr<TorchModel::StoredWeights> weights = stored->model->StoreProductWeightsInBfloat16();
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  // Its two encoders' attention and feed-forward weights and biases (8 each), the ShareBERT slicing
+  // matrices, the projections into both encoders and the three heads: 30 tensors, 911,185 values.
+  // The token table is also read by aten::embedding and stays float32.
+  EXPECT_EQ(weights->tensors, 30);
+  EXPECT_EQ(weights->values, 911185);
+
+  ExpectSameOutputs(*stored, *cast_per_call, scheduler::Solver::kEuler, 2);
 }
 
 TEST(TorchModel, StoringBfloat16WeightsNeedsABfloat16Model) {
