@@ -60,26 +60,20 @@ void VisitNodes(torch::jit::Block* block, const std::function<void(torch::jit::N
   }
 }
 
-// torch::jit::Inline leaves a loaded module's calls to TorchScript functions (torch.nn.functional's
-// and the model's own helpers) in place, and those hide the aten products behind them: inline them
-// too, until no call is left.
+bool HasGraphCalls(torch::jit::Graph& graph) {
+  bool found = false;
+  VisitNodes(graph.block(), [&](torch::jit::Node* node) {
+    found = found || torch::jit::tryToGraphFunction(node) != nullptr;
+  });
+  return found;
+}
+
+// With the graph optimizer off (ConfigureThreading turns it off on the loading thread),
+// torch::jit::Inline pastes each callee's graph as written, so the calls inside it (F.linear in the
+// models' helpers) stay and hide the products behind them. TorchScript has no recursion, so
+// inlining level by level ends.
 void InlineEveryCall(torch::jit::Graph& graph) {
-  while (true) {
-    torch::jit::Inline(graph);
-    std::vector<torch::jit::Node*> calls;
-    VisitNodes(graph.block(), [&](torch::jit::Node* node) {
-      if (node->kind() == torch::jit::prim::CallFunction) calls.push_back(node);
-    });
-    bool inlined = false;
-    for (torch::jit::Node* call : calls) {
-      torch::jit::GraphFunction* function = torch::jit::tryToGraphFunction(call);
-      if (function == nullptr) continue;
-      call->removeInput(0);  // the function constant; the callee takes the rest
-      torch::jit::inlineCallTo(call, function);
-      inlined = true;
-    }
-    if (!inlined) return;
-  }
+  while (HasGraphCalls(graph)) torch::jit::Inline(graph);
 }
 
 }  // namespace
