@@ -496,6 +496,7 @@ TEST(Threading, RowChunksRunAtOnceInOrderUnderInferenceMode) {
   bool always_inference = true;
   // Each chunk waits until both have started, so they must run at the same time.
   std::atomic<int> started{0};
+  std::atomic<int> saw_the_other{0};
   const RowChunkFn fn = [&](const std::vector<torch::Tensor>& in) {
     const torch::Tensor& x = in[0];
     const torch::Tensor& y = in[1];
@@ -508,6 +509,7 @@ TEST(Threading, RowChunksRunAtOnceInOrderUnderInferenceMode) {
     ++started;
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (started.load() < 2 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    if (started.load() >= 2) ++saw_the_other;  // not after a give-up: chunks one after another
     return std::vector<torch::Tensor>{x * 2 + y, x.sum(1)};
   };
   std::vector<torch::Tensor> result;
@@ -520,6 +522,7 @@ TEST(Threading, RowChunksRunAtOnceInOrderUnderInferenceMode) {
   EXPECT_TRUE(torch::equal(result[0], a * 2 + b)) << "rows come back in order";
   EXPECT_TRUE(torch::equal(result[1], a.sum(1))) << "every output is concatenated";
   EXPECT_EQ(threads.size(), 2u);
+  EXPECT_EQ(saw_the_other.load(), 2) << "the chunks ran one after another";
   EXPECT_THAT(chunk_rows, ::testing::UnorderedElementsAre(5, 5));
   EXPECT_TRUE(always_inference);
 
