@@ -28,6 +28,7 @@ std::atomic<bool> g_row_parallel{false};
 using SetBlasThreads = void (*)(int);
 std::atomic<SetBlasThreads> g_blas_parallel_set{nullptr};
 std::atomic<int64_t> g_blas_hand_overs{0};
+std::atomic<int64_t> g_row_chunk_splits{0};
 
 // OpenBLAS's idle threads spin (sched_yield) for 2^OPENBLAS_THREAD_TIMEOUT cycles after each
 // threaded call, 2^28 by default: about 0.1 s of a core, so under steady traffic they never
@@ -143,6 +144,7 @@ std::vector<at::Tensor> EvaluateRowChunks(int chunks, const std::vector<at::Tens
   const int64_t rows = inputs.front().size(0);
   if (chunks <= 1 || rows <= 1) return fn(inputs);
   chunks = static_cast<int>(std::min<int64_t>(chunks, rows));
+  g_row_chunk_splits.fetch_add(1, std::memory_order_relaxed);
   // InferenceMode and the graph-executor switch are thread-local: the OpenMP workers start
   // without the caller's.
   const bool optimize = torch::jit::getGraphExecutorOptimize();
@@ -192,6 +194,8 @@ BlasThreadsScope::~BlasThreadsScope() {
 }
 
 int64_t BlasHandOvers() { return g_blas_hand_overs.load(std::memory_order_relaxed); }
+
+int64_t RowChunkSplits() { return g_row_chunk_splits.load(std::memory_order_relaxed); }
 
 IntraOpThreadsScope::IntraOpThreadsScope() {
   // ATen sets a thread's count to the global one on its first parallel call; make that

@@ -154,6 +154,10 @@ class BlasThreadsScope {
 /// How many BlasThreadsScopes have been active in this process (for tests and diagnostics).
 int64_t BlasHandOvers();
 
+/// How many calls EvaluateRowChunks has split across threads in this process (for tests and
+/// diagnostics).
+int64_t RowChunkSplits();
+
 /// Restores the calling thread's intra-op thread count when it goes out of scope.
 class IntraOpThreadsScope {
  public:

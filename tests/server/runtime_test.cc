@@ -459,9 +459,11 @@ TEST_P(EveryTinyModel, RowParallelRunsMatchOneThread) {
   auto [x, mask] = executor.MakeInputs(batch.rows);
   ASSERT_EQ(RowChunksFor(mask.size(0), mask.numel()), 2) << "the batch must be large enough to split";
   RunResult split;
+  const int64_t splits_before = RowChunkSplits();
   std::thread batcher([&] { split = RunBatch(executor, batch); });  // a fresh thread, as a batcher
   batcher.join();
   ASSERT_TRUE(split.stats.ok()) << split.stats.status();
+  EXPECT_GT(RowChunkSplits(), splits_before) << "the field evaluations were never split";
   EXPECT_EQ(split.stats->token_evaluations, one_thread.stats->token_evaluations);
   for (size_t r = 0; r < batch.rows.size(); ++r) {
     EXPECT_EQ(split.done_calls[r], 1) << r;
@@ -942,9 +944,11 @@ TEST_F(TranslationExecutorTest, RowParallelDecodingMatchesOneThread) {
   ConfigureThreading(2, kDefaultParallelMinTokens, /*row_parallel=*/true);
   ASSERT_EQ(RowChunksFor(15, 15, kRowParallelMinHypotheses), 2);
   Translated split;
+  const int64_t splits_before = RowChunkSplits();
   std::thread batcher([&] { split = Translate(*executor_, batch); });
   batcher.join();
   ASSERT_TRUE(split.stats.ok()) << split.stats.status();
+  EXPECT_GT(RowChunkSplits(), splits_before) << "the decoder calls were never split";
   EXPECT_EQ(split.stats->decoder_row_evaluations, one_thread.stats->decoder_row_evaluations);
   for (size_t r = 0; r < rows.size(); ++r) {
     EXPECT_EQ(split.tokens[r], one_thread.tokens[r]) << "row " << r;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <condition_variable>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -1092,19 +1093,37 @@ TEST(ModelScheduler, StopDrainsQueuedWorkThenRefuses) {
   std::vector<Completion> done(3);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(scheduler.Submit(Item({Row(i + 1, 4)}, 2, done[i])).ok());
   std::thread stopper([&] { scheduler.Stop(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // Stop() is now waiting on the batch
+  // Release the plug only once Stop() has begun (it refuses new work first), so the queue is
+  // drained by Stop() and not before it. Probes accepted before that are queued work too.
+  std::list<Completion> probes;
+  while (true) {
+    Completion& probe = probes.emplace_back();
+    const absl::Status accepted = scheduler.Submit(Item({Row(5, 4)}, 1, probe));
+    if (accepted.ok()) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      continue;
+    }
+    probes.pop_back();
+    if (accepted.code() == absl::StatusCode::kUnavailable) break;
+    ASSERT_EQ(accepted.code(), absl::StatusCode::kResourceExhausted) << accepted;  // queue full: retry
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   executor->Release();
   stopper.join();
   for (auto& d : done) {
     ASSERT_TRUE(d.called()) << "Stop() returned before queued work finished";
     EXPECT_TRUE(d.Wait().ok());
   }
+  for (auto& probe : probes) {
+    ASSERT_TRUE(probe.called()) << "Stop() returned before a queued probe finished";
+    EXPECT_TRUE(probe.Wait().ok());
+  }
   Completion late;
   const absl::Status refused = scheduler.Submit(Item({Row(9, 4)}, 1, late));
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(refused.message()), HasSubstr("'fake-model' is shutting down"));
   EXPECT_FALSE(late.called());
-  EXPECT_EQ(executor->batches().size(), 4u);
+  EXPECT_EQ(executor->batches().size(), 4u + probes.size());
   scheduler.Stop();  // idempotent
 }
 
