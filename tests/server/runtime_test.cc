@@ -1268,7 +1268,19 @@ TEST(ParseDevice, CpuCudaAndNonsense) {
   EXPECT_EQ(ParseDevice("cuda:x").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseDevice("cuda:").status().code(), absl::StatusCode::kInvalidArgument);  // no index
 
-  if (torch::cuda::is_available()) GTEST_SKIP() << "this LibTorch build sees a CUDA device";
+  if (torch::cuda::is_available()) {
+    for (const char* spec : {"cuda", "cuda:0"}) {
+      auto cuda = ParseDevice(spec);
+      ASSERT_TRUE(cuda.ok()) << spec << ": " << cuda.status();
+      EXPECT_TRUE(cuda->is_cuda()) << spec;
+      EXPECT_EQ(cuda->index(), 0) << spec;
+    }
+    const std::string past = "cuda:" + std::to_string(torch::cuda::device_count());
+    auto missing = ParseDevice(past);
+    EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument) << past;
+    EXPECT_THAT(std::string(missing.status().message()), HasSubstr("CUDA devices"));
+    return;
+  }
   for (const char* spec : {"cuda", "cuda:0", "cuda:3"}) {
     auto cuda = ParseDevice(spec);
     EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition) << spec;
