@@ -772,7 +772,7 @@ TEST_P(EveryTinyModel, Bfloat16WeightsStoredAtLoadGiveBitIdenticalOutputs) {
 // in it: every projection must be found either way.
 struct BundledWeights {
   std::string model;
-  // The counts from the same rule walked in Python over the fully inlined graphs, after prepare().
+  // The counts of the same rule walked in Python: models/count_bf16_product_weights.py.
   int tensors;
   int64_t values;
 };
