@@ -58,6 +58,9 @@ ABSL_FLAG(absl::Duration, heap_release_interval, absl::Seconds(10),
           "bounds what retention and fragmentation hold under changing load. Each release holds "
           "the allocator while it walks the heap (3-26 ms under 3x overload on 2 vCPUs).");
 ABSL_FLAG(int, compute_slots, 1, "Batches computing at once across all models.");
+ABSL_FLAG(absl::Duration, budget_reserve, absl::ZeroDuration(),
+          "Part of every latency budget (or deadline) kept for the time the server cannot see: the "
+          "network, gRPC and the client. Steps are chosen to finish within the budget less this.");
 ABSL_FLAG(bool, calibrate, true, "Calibrate each model's cost model with a warm-up at load.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(20),
           "On SIGTERM, how long in-flight calls may take to finish.");
@@ -97,6 +100,11 @@ int Run() {
                           absl::GetFlag(FLAGS_parallel_min_tokens), ") must be >= 0"));
     return 1;
   }
+  const absl::Duration budget_reserve = absl::GetFlag(FLAGS_budget_reserve);
+  if (budget_reserve < absl::ZeroDuration()) {
+    LogError(absl::StrCat("--budget_reserve must be >= 0, got ", absl::FormatDuration(budget_reserve)));
+    return 1;
+  }
   const runtime::AllocatorReport allocator = runtime::ConfigureAllocator(absl::GetFlag(FLAGS_malloc_retain));
   const runtime::ThreadingReport threading = runtime::ConfigureThreading(absl::GetFlag(FLAGS_intra_op_threads),
                                                                               absl::GetFlag(FLAGS_parallel_min_tokens),
@@ -122,7 +130,7 @@ int Run() {
   if (repository.empty()) repository = DefaultRepository();
   core::ModelManager models({repository, absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_slots),
                              absl::GetFlag(FLAGS_calibrate), &metrics});
-  core::InferenceCore inference(&models, &metrics);
+  core::InferenceCore inference(&models, &metrics, {budget_reserve});
   std::unique_ptr<rpc::BearerTokenAuth> auth;
   if (const std::string tokens = absl::GetFlag(FLAGS_auth_tokens_file); !tokens.empty()) {
     auto loaded = rpc::BearerTokenAuth::FromFile(tokens);

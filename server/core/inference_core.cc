@@ -213,8 +213,8 @@ v1::StepChoice ToProto(scheduler::StepChoiceKind kind) {
 
 }  // namespace
 
-InferenceCore::InferenceCore(ModelManager* models, metrics::Metrics* metrics)
-    : models_(models), metrics_(metrics) {}
+InferenceCore::InferenceCore(ModelManager* models, metrics::Metrics* metrics, InferenceOptions options)
+    : models_(models), metrics_(metrics), options_(options) {}
 
 absl::Status InferenceCore::Admission() const {
   if (!ready_.load(std::memory_order_acquire)) {
@@ -281,7 +281,8 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
 
   // The budget is the explicit latency_budget, else the client's deadline, and never past the
   // deadline (the call is dropped there: a plan that counted on later time would spend compute
-  // on an answer nobody receives). Time already spent in the server counts against it.
+  // on an answer nobody receives). Time already spent in the server counts against it, and the
+  // plan leaves the reserve for the time outside the server.
   std::optional<absl::Duration> budget;
   if (compute.has_latency_budget()) budget = FromProto(compute.latency_budget());
   if (call.deadline != absl::InfiniteFuture()) {
@@ -301,7 +302,7 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
   if (compute.solver() != v1::SOLVER_UNSPECIFIED) plan_request.solver = ToSchedulerSolver(compute.solver());
   const absl::Time planned = absl::Now();
   const absl::Duration spent = planned - call.received;
-  if (budget) plan_request.budget = *budget - spent;
+  if (budget) plan_request.budget = *budget - spent - options_.budget_reserve;
   plan_request.min_steps = compute.min_steps();
   plan_request.miss_policy = compute.on_budget_miss() == v1::REFUSE ? scheduler::MissPolicy::kRefuse
                                                                      : scheduler::MissPolicy::kServeFloor;
@@ -324,8 +325,12 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
   }
   auto plan_or = s.scheduler->MakePlan(plan_request);
   if (!plan_or.ok()) {
-    if (absl::IsDeadlineExceeded(plan_or.status())) s.metrics->ObserveBudget("refused");
-    return done(plan_or.status());
+    if (!absl::IsDeadlineExceeded(plan_or.status())) return done(plan_or.status());
+    s.metrics->ObserveBudget("refused");
+    if (options_.budget_reserve <= absl::ZeroDuration()) return done(plan_or.status());
+    return done(absl::DeadlineExceededError(absl::StrCat(
+        plan_or.status().message(), "; the server planned within the budget less its --budget_reserve of ",
+        absl::FormatDuration(options_.budget_reserve), ", kept for the time outside the server")));
   }
   const scheduler::Plan plan = *plan_or;
 

@@ -26,9 +26,17 @@ using Completion = std::function<void(absl::Status)>;
 /// Receives the messages of a streaming call, in order, on the model's batcher thread.
 using StreamWriter = std::function<void(v1::TranslateStreamResponse)>;
 
+/// Server-wide settings of the request pipeline.
+struct InferenceOptions {
+  /// The part of every latency budget kept for time the server cannot see: the request's and the
+  /// response's way through the network, gRPC and the client. A budget is measured by the
+  /// client, so a plan that spends all of it server-side is late there.
+  absl::Duration budget_reserve = absl::ZeroDuration();
+};
+
 class InferenceCore {
  public:
-  InferenceCore(ModelManager* models, metrics::Metrics* metrics);
+  InferenceCore(ModelManager* models, metrics::Metrics* metrics, InferenceOptions options = {});
 
   void Embed(const CallContext& call, const v1::EmbedRequest& request, v1::EmbedResponse* response,
              Completion done);
@@ -80,6 +88,7 @@ class InferenceCore {
 
   ModelManager* const models_;
   metrics::Metrics* const metrics_;
+  const InferenceOptions options_;
   /// OK when calls may be served; UNAVAILABLE while starting or draining.
   absl::Status Admission() const;
   /// Admission() for an inference call, counted in the request metrics when it refuses.

@@ -1034,6 +1034,51 @@ TEST(ServerLifecycle, AMissingDeviceStopsTheServerAtStartup) {
   fs::remove_all(repo, ec);
 }
 
+// --budget_reserve keeps part of every budget for the time outside the server: the step choice
+// plans within the rest. A 10 s reserve leaves a 5 s budget nothing (refused, or the floor
+// served), and a 10.5 s budget half a second, where the tiny model's full depth fits as it does
+// for any budget of a server without a reserve (BudgetChoosesStepsRefusesOrServesTheFloor).
+TEST(ServerLifecycle, TheBudgetReserveIsTakenFromEveryBudgetBeforeTheStepChoice) {
+  const fs::path repo = MakeRepository();
+  {
+    testing::ServerProcess server(ODESERVE_BINARY, repo, {"--budget_reserve=10s"});
+    ASSERT_TRUE(server.ok()) << server.log();
+    auto embed = [&](double budget_seconds, v1::BudgetMissPolicy policy, EmbedResponse* response) {
+      EmbedRequest request;
+      request.set_model("tiny-albert");
+      request.add_inputs("budgeted request");
+      const auto whole = static_cast<int64_t>(budget_seconds);
+      request.mutable_compute()->mutable_latency_budget()->set_seconds(whole);
+      request.mutable_compute()->mutable_latency_budget()->set_nanos(
+          static_cast<int32_t>((budget_seconds - whole) * 1e9));
+      request.mutable_compute()->set_on_budget_miss(policy);
+      grpc::ClientContext context;
+      return server.stub()->Embed(&context, request, response);
+    };
+    EmbedResponse response;
+    const auto refused = embed(5, v1::REFUSE, &response);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_THAT(refused.error_message(),
+                AllOf(HasSubstr("cannot be met"), HasSubstr("--budget_reserve of 10s")));
+
+    ASSERT_TRUE(embed(5, v1::SERVE_FLOOR, &response).ok());
+    EXPECT_EQ(response.report().step_choice(), v1::BUDGET_FLOOR);
+    EXPECT_EQ(response.report().steps(), 1);
+
+    response.Clear();
+    const auto served = embed(10.5, v1::REFUSE, &response);
+    ASSERT_TRUE(served.ok()) << served.error_message();
+    EXPECT_EQ(response.report().step_choice(), v1::BUDGET);
+    EXPECT_EQ(response.report().steps(), kTrainedDepth);
+  }
+  testing::ServerProcess negative(ODESERVE_BINARY, repo, {"--budget_reserve=-1ms"});
+  EXPECT_FALSE(negative.ok());
+  EXPECT_EQ(negative.startup_exit_code(), 1) << negative.log();
+  EXPECT_THAT(negative.log(), HasSubstr("--budget_reserve must be >= 0, got -1ms"));
+  std::error_code ec;
+  fs::remove_all(repo, ec);
+}
+
 // The bundled translator ranks the vocabulary with a bfloat16 copy and recomputes its K = 16 best
 // logits exactly, which covers every candidate of beams up to K / 2 = 8 (docs/MODEL_CONTRACT.md).
 // A config with a wider beam turns the shortlist off at load, says so, and still translates.
