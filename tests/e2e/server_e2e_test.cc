@@ -13,6 +13,7 @@
 #include <thread>
 
 #include <gmock/gmock.h>
+#include <google/protobuf/util/time_util.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -1043,30 +1044,28 @@ TEST(ServerLifecycle, TheBudgetReserveIsTakenFromEveryBudgetBeforeTheStepChoice)
   {
     testing::ServerProcess server(ODESERVE_BINARY, repo, {"--budget_reserve=10s"});
     ASSERT_TRUE(server.ok()) << server.log();
-    auto embed = [&](double budget_seconds, v1::BudgetMissPolicy policy, EmbedResponse* response) {
+    auto embed = [&](int64_t budget_ms, v1::BudgetMissPolicy policy, EmbedResponse* response) {
       EmbedRequest request;
       request.set_model("tiny-albert");
       request.add_inputs("budgeted request");
-      const auto whole = static_cast<int64_t>(budget_seconds);
-      request.mutable_compute()->mutable_latency_budget()->set_seconds(whole);
-      request.mutable_compute()->mutable_latency_budget()->set_nanos(
-          static_cast<int32_t>((budget_seconds - whole) * 1e9));
+      *request.mutable_compute()->mutable_latency_budget() =
+          google::protobuf::util::TimeUtil::MillisecondsToDuration(budget_ms);
       request.mutable_compute()->set_on_budget_miss(policy);
       grpc::ClientContext context;
       return server.stub()->Embed(&context, request, response);
     };
     EmbedResponse response;
-    const auto refused = embed(5, v1::REFUSE, &response);
+    const auto refused = embed(5000, v1::REFUSE, &response);
     EXPECT_EQ(refused.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
     EXPECT_THAT(refused.error_message(),
                 AllOf(HasSubstr("cannot be met"), HasSubstr("--budget_reserve of 10s")));
 
-    ASSERT_TRUE(embed(5, v1::SERVE_FLOOR, &response).ok());
+    ASSERT_TRUE(embed(5000, v1::SERVE_FLOOR, &response).ok());
     EXPECT_EQ(response.report().step_choice(), v1::BUDGET_FLOOR);
     EXPECT_EQ(response.report().steps(), 1);
 
     response.Clear();
-    const auto served = embed(10.5, v1::REFUSE, &response);
+    const auto served = embed(10500, v1::REFUSE, &response);
     ASSERT_TRUE(served.ok()) << served.error_message();
     EXPECT_EQ(response.report().step_choice(), v1::BUDGET);
     EXPECT_EQ(response.report().steps(), kTrainedDepth);
