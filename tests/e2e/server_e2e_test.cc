@@ -44,7 +44,10 @@ fs::path MakeRepository() {
   fs::remove(repo / ".stamp");
   fs::copy(repo / "tiny-albert", repo / "slow-queue", fs::copy_options::recursive);
   testing::EditConfig(repo / "slow-queue", "name: \"tiny-albert\"", "name: \"slow-queue\"");
-  testing::EditConfig(repo / "slow-queue", "max_queue_delay_us: 1000", "max_queue_delay_us: 1000000");
+  // Waits for company even when idle, so every test sees the 1 s wait whatever ran on it before
+  // (an idle model otherwise starts a call at once after a lone batch).
+  testing::EditConfig(repo / "slow-queue", "max_queue_delay_us: 1000",
+                      "max_queue_delay_us: 1000000\n  queue_delay_when_idle: true");
   testing::EditConfig(repo / "slow-queue", "max_queue_size: 64", "max_queue_size: 2");
   fs::copy(repo / "tiny-albert", repo / "padded-albert", fs::copy_options::recursive);
   testing::EditConfig(repo / "padded-albert", "name: \"tiny-albert\"", "name: \"padded-albert\"");
