@@ -71,7 +71,8 @@ absl::Status CheckStepRange(const fs::path& file, const std::string& field,
   if (range.max() > kMaxStepsLimit) {
     return FieldError(file, field + ".max", absl::StrCat("must be <= ", kMaxStepsLimit, ", got ", range.max()));
   }
-  if (range.default_steps() < range.min() || range.default_steps() > range.max()) {
+  // 0: follow the quality profile (ResolveDefaultSteps, once the profile is loaded).
+  if (range.default_steps() != 0 && (range.default_steps() < range.min() || range.default_steps() > range.max())) {
     return FieldError(file, field + ".default_steps",
                       absl::StrCat("must lie in [", range.min(), ", ", range.max(), "], got ", range.default_steps()));
   }
@@ -81,7 +82,6 @@ absl::Status CheckStepRange(const fs::path& file, const std::string& field,
 void DefaultStepRange(v1::StepRange& range, int trained_depth) {
   if (range.min() == 0) range.set_min(1);
   if (range.max() == 0) range.set_max(std::max(trained_depth, range.min()));
-  if (range.default_steps() == 0) range.set_default_steps(std::clamp(trained_depth, range.min(), range.max()));
 }
 
 }  // namespace
@@ -306,6 +306,14 @@ tokenizer::TokenizerOptions TokenizerOptionsFor(const ModelConfig& config) {
   options.hash.dim = t.hash().dim();
   options.hash.seed = t.hash().seed();
   options.hash.orders.assign(t.hash().ngram_orders().begin(), t.hash().ngram_orders().end());
+  const auto& n = t.normalization();
+  options.normalization.collapse_whitespace = n.collapse_whitespace();
+  options.normalization.normalize_quotes = n.normalize_quotes();
+  options.normalization.strip_accents = n.strip_accents();
+  options.normalization.lowercase = n.lowercase();
+  options.split_digit_comma = n.split_digit_comma();
+  if (t.has_bos_id()) options.bos_id = t.bos_id();
+  if (t.has_eos_id()) options.eos_id = t.eos_id();
   return options;
 }
 

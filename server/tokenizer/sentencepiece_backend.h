@@ -31,6 +31,8 @@ class SentencePieceBackend {
   virtual int pad_id() const = 0;
   virtual int unk_id() const = 0;
   virtual std::string IdToPiece(int id) const = 0;
+  /// The piece's id, or unk_id() when the vocabulary has no such piece.
+  virtual int PieceToId(const std::string& piece) const = 0;
 };
 
 }  // namespace odeserve::tokenizer

@@ -47,6 +47,7 @@ class SentencePieceShim final : public SentencePieceBackend {
   int pad_id() const override { return processor_.pad_id(); }
   int unk_id() const override { return processor_.unk_id(); }
   std::string IdToPiece(int id) const override { return processor_.IdToPiece(id); }
+  int PieceToId(const std::string& piece) const override { return processor_.PieceToId(piece); }
 
  private:
   sentencepiece::SentencePieceProcessor processor_;

@@ -9,14 +9,37 @@ namespace odeserve::tokenizer {
 namespace {
 constexpr char kBosText[] = "<s>";
 constexpr char kEosText[] = "</s>";
+constexpr char kWordMarker[] = "\xE2\x96\x81";  // U+2581, SentencePiece's word-start marker
+
+// The code point of `s` that ends at byte offset `end` (a UTF-8 boundary), or 0 at the start.
+char32_t CodePointBefore(const std::string& s, size_t end) {
+  size_t i = end;
+  while (i > 0 && (static_cast<unsigned char>(s[i - 1]) & 0xC0) == 0x80) --i;
+  if (i == 0) return 0;
+  --i;
+  const unsigned char lead = static_cast<unsigned char>(s[i]);
+  const int length = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+  char32_t c = length == 1 ? lead : lead & (0x7F >> length);
+  for (int k = 1; k < length && i + k < end; ++k) c = (c << 6) | (s[i + k] & 0x3F);
+  return c;
+}
+
+bool StartsWithMarker(const std::string& s) { return s.rfind(kWordMarker, 0) == 0; }
+
+std::string WithoutMarkers(std::string s) {
+  for (size_t at = s.find(kWordMarker); at != std::string::npos; at = s.find(kWordMarker, at)) {
+    s.erase(at, sizeof(kWordMarker) - 1);
+  }
+  return s;
+}
 }  // namespace
 
 Tokenizer::Tokenizer(std::unique_ptr<SentencePieceBackend> backend,
                      const TokenizerOptions& options)
     : backend_(std::move(backend)), options_(options) {
   pad_id_ = std::max(0, backend_->pad_id());
-  bos_id_ = backend_->bos_id();
-  eos_id_ = backend_->eos_id();
+  bos_id_ = options_.bos_id >= 0 ? options_.bos_id : backend_->bos_id();
+  eos_id_ = options_.eos_id >= 0 ? options_.eos_id : backend_->eos_id();
   unk_id_ = backend_->unk_id();
   if (options_.hashed) {
     const int vocab = backend_->vocab_size();
@@ -44,9 +67,17 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& mo
     return absl::InvalidArgumentError(
         absl::StrCat(model_path, ": not a loadable SentencePiece model: ", error));
   }
-  if ((options.add_bos && backend->bos_id() < 0) || (options.add_eos && backend->eos_id() < 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(model_path, ": add_bos/add_eos set but the model has no bos/eos piece"));
+  for (const int id : {options.bos_id, options.eos_id}) {
+    if (id >= backend->vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(model_path, ": bos_id/eos_id ", id,
+                                                     " is outside the vocabulary of ", backend->vocab_size()));
+    }
+  }
+  const int bos = options.bos_id >= 0 ? options.bos_id : backend->bos_id();
+  const int eos = options.eos_id >= 0 ? options.eos_id : backend->eos_id();
+  if ((options.add_bos && bos < 0) || (options.add_eos && eos < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        model_path, ": add_bos/add_eos set but the model has no bos/eos piece and the config no bos_id/eos_id"));
   }
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(backend), options));
 }
@@ -56,9 +87,10 @@ absl::StatusOr<EncodedText> Tokenizer::Encode(std::string_view text, int max_len
   std::vector<std::string> pieces;
   std::vector<int> ids;
   std::string error;
-  if (!backend_->Encode(std::string(text), &pieces, &ids, &error)) {
+  if (!backend_->Encode(NormalizeText(text, options_.normalization), &pieces, &ids, &error)) {
     return absl::InvalidArgumentError(absl::StrCat("tokenization failed: ", error));
   }
+  if (options_.split_digit_comma) SplitDigitComma(&pieces, &ids);
   const int specials = (options_.add_bos ? 1 : 0) + (options_.add_eos ? 1 : 0);
   EncodedText encoded;
   encoded.untruncated_length = static_cast<int>(ids.size()) + specials;
@@ -91,6 +123,44 @@ absl::StatusOr<EncodedText> Tokenizer::Encode(std::string_view text, int max_len
     }
   }
   return encoded;
+}
+
+void Tokenizer::SplitDigitComma(std::vector<std::string>* pieces, std::vector<int>* ids) const {
+  std::vector<std::string> out_pieces;
+  std::vector<int> out_ids;
+  for (size_t p = 0; p < pieces->size(); ++p) {
+    const std::string& piece = (*pieces)[p];
+    const bool ends_in_comma = piece.size() >= 2 && piece.back() == ',';
+    if (!ends_in_comma || !IsPythonDigit(CodePointBefore(piece, piece.size() - 1))) {
+      out_pieces.push_back(piece);
+      out_ids.push_back((*ids)[p]);
+      continue;
+    }
+    std::vector<std::string> sub_pieces;
+    std::vector<int> sub_ids;
+    std::string error;
+    if (!backend_->Encode(WithoutMarkers(piece.substr(0, piece.size() - 1)), &sub_pieces, &sub_ids, &error) ||
+        sub_pieces.empty()) {
+      out_pieces.push_back(piece);  // cannot happen for a digit; keep the piece as it was
+      out_ids.push_back((*ids)[p]);
+      continue;
+    }
+    if (!StartsWithMarker(piece) && StartsWithMarker(sub_pieces[0])) {
+      if (sub_pieces[0].size() == sizeof(kWordMarker) - 1) {
+        sub_pieces.erase(sub_pieces.begin());
+        sub_ids.erase(sub_ids.begin());
+      } else {
+        sub_pieces[0].erase(0, sizeof(kWordMarker) - 1);
+        sub_ids[0] = backend_->PieceToId(sub_pieces[0]);
+      }
+    }
+    out_pieces.insert(out_pieces.end(), sub_pieces.begin(), sub_pieces.end());
+    out_ids.insert(out_ids.end(), sub_ids.begin(), sub_ids.end());
+    out_pieces.push_back(",");
+    out_ids.push_back(backend_->PieceToId(","));
+  }
+  *pieces = std::move(out_pieces);
+  *ids = std::move(out_ids);
 }
 
 std::string Tokenizer::Decode(const std::vector<int>& ids) const { return backend_->Decode(ids); }

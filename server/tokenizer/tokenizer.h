@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/tokenizer/ngram_hash.h"
+#include "server/tokenizer/text_normalizer.h"
 
 namespace odeserve::tokenizer {
 
@@ -20,6 +21,10 @@ struct TokenizerOptions {
   bool add_eos = true;
   bool hashed = false;        // produce n-gram hash features instead of ids
   NgramHashOptions hash;
+  TextNormalizationOptions normalization;  // applied before SentencePiece
+  bool split_digit_comma = false;          // AlbertTokenizer's re-split of pieces like "▁9,"
+  int bos_id = -1;  // the id add_bos prepends; -1 = the SentencePiece model's bos
+  int eos_id = -1;  // the id add_eos appends; -1 = the SentencePiece model's eos
 };
 
 /// One tokenized input.
@@ -50,6 +55,9 @@ class Tokenizer {
 
  private:
   Tokenizer(std::unique_ptr<SentencePieceBackend> backend, const TokenizerOptions& options);
+  // Hugging Face AlbertTokenizer: a piece ending in a digit and a comma is encoded again without
+  // the comma (and without word markers), and the comma follows as its own piece.
+  void SplitDigitComma(std::vector<std::string>* pieces, std::vector<int>* ids) const;
 
   std::unique_ptr<SentencePieceBackend> backend_;
   TokenizerOptions options_;
