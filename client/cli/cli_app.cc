@@ -334,8 +334,8 @@ absl::Status Model(Env& env, const std::vector<std::string>& operands) {
   if (!m.error().empty()) kv("error", m.error());
   kv("device", m.device());
   kv("trained depth (L)", absl::StrCat(m.trained_depth()));
-  kv("steps", absl::StrFormat("%d-%d, default %d", m.min_steps(), m.max_steps(),
-                              m.default_steps()));
+  kv("steps", absl::StrFormat("%d-%d, default %d (from %s)", m.min_steps(), m.max_steps(),
+                              m.default_steps(), m.default_steps_source()));
   kv("solvers", Solvers(m));
   kv("hidden / embedding", absl::StrCat(m.hidden_size(), " / ", m.embedding_dimension()));
   kv("max sequence length", absl::StrCat(m.max_sequence_length()));
@@ -355,6 +355,9 @@ absl::Status Model(Env& env, const std::vector<std::string>& operands) {
     kv("cost model samples", absl::StrFormat("calibration %d, online %d, mean |rel err| %.1f%%",
                                              c.calibration_samples(), c.online_samples(),
                                              100 * c.mean_abs_relative_error()));
+  }
+  if (!m.quality_profile_measured()) {
+    kv("quality profile", "none measured: a budgeted call takes the most steps that fit");
   }
   if (!m.quality_profile().empty()) {
     env.out << "quality profile:\n";

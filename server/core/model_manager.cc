@@ -132,6 +132,12 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModel(const fs::path
   auto servable = std::make_unique<Servable>();
   ASSIGN_OR_RETURN(servable->config, repository::LoadModelConfig(dir));
   ASSIGN_OR_RETURN(servable->profile, repository::LoadQualityProfile(servable->config, dir));
+  const repository::DefaultSteps defaults = repository::ResolveDefaultSteps(servable->config, servable->profile);
+  servable->config.mutable_steps()->set_default_steps(defaults.steps);
+  if (servable->config.task() == v1::TRANSLATION) {
+    servable->config.mutable_translation()->mutable_decoder_steps()->set_default_steps(defaults.decoder_steps);
+  }
+  servable->default_steps_source = defaults.source;
   const v1::ModelConfig& config = servable->config;
 
   const tokenizer::TokenizerOptions tok_options = repository::TokenizerOptionsFor(config);
@@ -413,6 +419,8 @@ v1::ModelInfo ModelManager::Describe(const ModelEntry& entry) {
   info.set_pad_to_multiple(s.pad_to_multiple);
   info.set_continuous_batching(s.scheduler->continuous_batching());
   info.set_quality_tolerance(c.quality_tolerance());
+  info.set_quality_profile_measured(s.profile.points_size() > 0);
+  info.set_default_steps_source(std::string(repository::DefaultStepsSourceName(s.default_steps_source)));
   return info;
 }
 

@@ -13,6 +13,7 @@
 #include "odeserve/v1/inference.pb.h"
 #include "odeserve/v1/model_config.pb.h"
 #include "server/metrics/metrics.h"
+#include "server/repository/default_steps.h"
 #include "server/runtime/torch_model.h"
 #include "server/scheduler/model_scheduler.h"
 #include "server/tokenizer/tokenizer.h"
@@ -36,6 +37,8 @@ struct Servable {
   int bfloat16_weight_tensors = 0;
   // Batches run at token lengths that are multiples of this (config, or its default).
   int pad_to_multiple = 1;
+  // Where config.steps().default_steps (and the decoder's) came from.
+  repository::DefaultStepsSource default_steps_source = repository::DefaultStepsSource::kConfig;
 };
 
 struct ModelEntry {

@@ -129,7 +129,8 @@ TEST(LoadModelConfig, DefaultsFillUnsetFields) {
   EXPECT_EQ(config->solvers(0), v1::EULER);
   EXPECT_EQ(config->steps().min(), 1);
   EXPECT_EQ(config->steps().max(), 6);
-  EXPECT_EQ(config->steps().default_steps(), 6);
+  // Unset: follows the quality profile once it is loaded (ResolveDefaultSteps), else L.
+  EXPECT_EQ(config->steps().default_steps(), 0);
   EXPECT_EQ(config->batching().max_batch_size(), 32);
   EXPECT_EQ(config->batching().max_batch_tokens(), 8192);
   EXPECT_EQ(config->batching().max_queue_delay_us(), 2000);
