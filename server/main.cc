@@ -154,10 +154,13 @@ int Run() {
   int grpc_port = 0;
   const std::string grpc_address = absl::StrCat(absl::GetFlag(FLAGS_grpc_address), ":", absl::GetFlag(FLAGS_grpc_port));
   builder.AddListeningPort(grpc_address, *credentials, &grpc_port);
+  // gRPC sets SO_REUSEPORT by default, so a second server on a busy port would start and share
+  // (steal) its connections; without it the bind fails and start-up stops with exit 1.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || grpc_port == 0) {
-    LogError(absl::StrCat("cannot listen for gRPC on ", grpc_address));
+    LogError(absl::StrCat("cannot listen for gRPC on ", grpc_address, " (is the port in use?)"));
     return 1;
   }
   auto* health = server->GetHealthCheckService();

@@ -1026,6 +1026,24 @@ TEST(ServerLifecycle, SigtermWithAHealthWatchOpenExitsWithoutWaitingOutTheDrainT
   fs::remove_all(repo, ec);
 }
 
+// A second server on a port already in use must not start: gRPC's default SO_REUSEPORT let it
+// bind beside the first and take a share of its new connections.
+TEST(ServerLifecycle, APortAlreadyInUseStopsTheServerAtStartup) {
+  const fs::path repo = MakeRepository();
+  testing::ServerProcess first(ODESERVE_BINARY, repo);
+  ASSERT_TRUE(first.ok()) << first.log();
+  const std::string port = first.address().substr(first.address().rfind(':') + 1);
+  testing::ServerProcess second(ODESERVE_BINARY, repo, {"--grpc_port=" + port, "--metrics_port=-1"});
+  EXPECT_FALSE(second.ok());
+  EXPECT_EQ(second.startup_exit_code(), 1) << second.log();
+  EXPECT_THAT(second.log(), HasSubstr("cannot listen for gRPC on 127.0.0.1:" + port));
+  v1::ListModelsResponse listed;
+  grpc::ClientContext context;
+  EXPECT_TRUE(first.stub()->ListModels(&context, v1::ListModelsRequest(), &listed).ok());
+  std::error_code ec;
+  fs::remove_all(repo, ec);
+}
+
 // A device that does not exist is a deployment error: the server says so and exits, where it
 // used to start with every model FAILED and report itself ready.
 TEST(ServerLifecycle, AMissingDeviceStopsTheServerAtStartup) {
