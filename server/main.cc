@@ -29,6 +29,7 @@
 #include "server/core/model_manager.h"
 #include "server/metrics/metrics.h"
 #include "server/rpc/inference_service.h"
+#include "server/rpc/open_inference_service.h"
 #include "server/rpc/security.h"
 #include "server/runtime/allocator.h"
 #include "server/runtime/threading.h"
@@ -158,6 +159,9 @@ int Run() {
   // (steal) its connections; without it the bind fails and start-up stops with exit 1.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(&service);
+  // Open Inference Protocol (KServe v2) on the same port, through the same core: docs/OPEN_INFERENCE.md.
+  rpc::OpenInferenceService open_inference(&inference, auth.get(), ODESERVE_VERSION);
+  builder.RegisterService(&open_inference);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || grpc_port == 0) {
     LogError(absl::StrCat("cannot listen for gRPC on ", grpc_address, " (is the port in use?)"));
