@@ -1,6 +1,7 @@
 #!/bin/sh
 # Fetch Debian bookworm main Packages + DDTP Translation-xx files with apt into a private folder.
-# Usage: sh models/data/fetch_debian.sh   (writes models/data/raw/apt/lists, git-ignored)
+# Usage: (cd models; /usr/bin/python3 -m odeserve_models fetch-data), which runs this script, or
+# sh models/data/fetch_debian.sh. Writes models/data/raw/apt/lists and models/data/raw/text (git-ignored).
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 RAW="$HERE/raw/apt"

@@ -6,7 +6,7 @@ import functools
 def native_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """True where the CPU has bfloat16 arithmetic (AVX512_BF16 or AMX). Elsewhere bfloat16 autocast
     is emulated: on a Zen 3 it made a training step of the 128-token classifier about 22x slower
-    (models/bench_autocast.py)."""
+    (models/experiments/bench_autocast.py)."""
     try:
         with open(cpuinfo) as f:
             for line in f:

@@ -28,8 +28,8 @@ ZERO_SHOT_LANGUAGES = ("de", "fr", "it", "da")  # the translated test and valida
 
 def classifier_validation_sets(label_index: Dict[str, int], zero_shot_rows: int, seed: int,
                                languages=ZERO_SHOT_LANGUAGES) -> Dict[str, tuple]:
-    """The validation sets a classifier's product-of-experts weights are chosen on (train_lexical.py,
-    train_embedding_probe.py): name -> (texts, labels). "choose" and "check" are the two halves of
+    """The validation sets a classifier's product-of-experts weights are chosen on (train-lexical,
+    train-embedding-probe): name -> (texts, labels). "choose" and "check" are the two halves of
     the English validation split, in file order; each language's set is `zero_shot_rows`
     translations of validation packages (shuffled with `seed`), labelled with their section."""
     valid = load_jsonl("sections-valid-en.jsonl")
@@ -52,7 +52,7 @@ def validation_objective(accuracy, steps, languages=ZERO_SHOT_LANGUAGES) -> floa
 
 
 def translation_pairs(split: str, kind: Optional[str] = None) -> List[Dict]:
-    """en -> de pairs of data/build_translation_pairs.py; kind "short" or "para" (None: both)."""
+    """en -> de pairs of odeserve_models/datasets/build_translation_pairs.py; kind "short" or "para" (None: both)."""
     return [r for r in load_jsonl("translate-%s-en-de.jsonl" % split) if kind is None or r["kind"] == kind]
 
 

@@ -102,7 +102,7 @@ def load_run(run_dir: str, task: str, which: str = "final.pt"):
     if task == "CLASSIFICATION" and "lexical" in ck:
         lx = ck["lexical"]
         experts = dict(buckets=lx["buckets"], weight=lx["weight"], length_power=lx["length_power"])
-        if "probe" in ck:  # train/train_embedding_probe.py: a third expert on embed-eelbert's embedding
+        if "probe" in ck:  # odeserve_models/train/train_embedding_probe.py: a third expert on embed-eelbert's embedding
             pr = ck["probe"]
             embedder = families.build("eelbert", **pr["embedder_config"])
             embedder.load_state_dict(pr["embedder"])

@@ -140,7 +140,8 @@ def export_model(out_dir: str, name: str, model: SharedEncoderBase, tokenizer_fi
 def validate_text_protos(model_dir: str, proto_root: str) -> bool:
     """Parse config.pbtxt / quality.pbtxt with protoc-generated Python classes, if available.
     Returns False (and does nothing) when protoc or python3-protobuf is missing."""
-    import subprocess, sys, tempfile, importlib
+    import subprocess, tempfile
+    from .protos import forget, import_generated
     try:
         from google.protobuf import text_format
     except ImportError:
@@ -151,8 +152,7 @@ def validate_text_protos(model_dir: str, proto_root: str) -> bool:
     try:
         subprocess.check_call(["protoc", "-I", proto_root, "--python_out", tmp,
                                "odeserve/v1/model_config.proto", "odeserve/v1/inference.proto"])
-        sys.path.insert(0, tmp)
-        mc = importlib.import_module("odeserve.v1.model_config_pb2")
+        mc, = import_generated(tmp, ["model_config_pb2"])
         with open(os.path.join(model_dir, "config.pbtxt"), encoding="utf-8") as f:
             cfg = text_format.Parse(f.read(), mc.ModelConfig())
         with open(os.path.join(model_dir, "quality.pbtxt"), encoding="utf-8") as f:
@@ -160,8 +160,5 @@ def validate_text_protos(model_dir: str, proto_root: str) -> bool:
         assert cfg.name == os.path.basename(model_dir.rstrip("/"))
         return True
     finally:
-        if tmp in sys.path:
-            sys.path.remove(tmp)
-        for k in [k for k in sys.modules if k.startswith("odeserve.v1") or k == "odeserve"]:
-            del sys.modules[k]
+        forget()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""Masked-LM pre-training pieces for the encoder families (models/train/train.py --objective mlm).
+"""Masked-LM pre-training pieces for the encoder families (models/odeserve_models/train/train.py --objective mlm).
 
 BERT-style masking: each maskable position (not BOS/EOS/pad) is chosen with probability p; a
 chosen position becomes the mask input 80% of the time, a random piece 10%, itself 10%, and

@@ -1,13 +1,13 @@
 """Talking to a running odeserve from Python evaluation scripts: stubs generated at run time
 from proto/ (protoc + /usr/bin/grpc_python_plugin, python3-grpcio), and an optional server
 process started and stopped around the evaluation."""
-import importlib
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
+
+from .protos import forget, import_generated
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -30,9 +30,7 @@ class Served:
         subprocess.check_call(["protoc", "-I", os.path.join(ROOT, "proto"), "--python_out", self.tmp,
                                "--grpc_out", self.tmp, "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin",
                                "odeserve/v1/inference.proto", "odeserve/v1/model_config.proto"])
-        sys.path.insert(0, self.tmp)
-        self.pb = importlib.import_module("odeserve.v1.inference_pb2")
-        pbg = importlib.import_module("odeserve.v1.inference_pb2_grpc")
+        self.pb, pbg = import_generated(self.tmp, ["inference_pb2", "inference_pb2_grpc"])
         if self.start:
             cmd = [self.start, "--model_repository", self.model_repository, "--grpc_port", str(self.grpc_port),
                    "--metrics_port", str(self.metrics_port)] + self.extra_flags
@@ -64,7 +62,6 @@ class Served:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        if self.tmp in sys.path:
-            sys.path.remove(self.tmp)
+        forget()  # the stubs stay usable; a later import reads a new folder
         shutil.rmtree(self.tmp, ignore_errors=True)
         return False

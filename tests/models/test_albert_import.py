@@ -7,7 +7,7 @@ for mean / cls / pooler embeddings and classification logits. Also: config.pbtxt
 odeserve.v1.ModelConfig with the expected fields, every refusal names its key or field, the
 safetensors reader round-trips against torch, and the tokenizer reference wraps [CLS] ... [SEP].
 
-  /usr/bin/python3 -m unittest discover -s tests/models -p 'test_albert_import.py'
+  PYTHONPATH=models /usr/bin/python3 -m unittest discover -s tests/models -p 'test_albert_import.py'
 """
 import contextlib
 import importlib
@@ -21,19 +21,17 @@ import sys
 import tempfile
 import unittest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "models"))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import torch
 
-import torch  # noqa: E402
-
-from albert_reference import albert_reference  # noqa: E402
-from odeserve_models.albert import cli  # noqa: E402
-from odeserve_models.albert.checkpoint import CheckpointError, SafetensorsFile, read_safetensors  # noqa: E402
-from odeserve_models.albert.importer import import_albert  # noqa: E402
-from odeserve_models.albert.synthetic import (spiece_model_bytes, write_safetensors,  # noqa: E402
+from albert_reference import albert_reference
+from odeserve_models.albert import cli
+from odeserve_models.albert.checkpoint import CheckpointError, SafetensorsFile, read_safetensors
+from odeserve_models.albert.importer import import_albert
+from odeserve_models.albert.synthetic import (spiece_model_bytes, write_safetensors,
                                               write_synthetic_checkpoint)
-from odeserve_models.albert.tokenization import AlbertTokenizerReference, preprocess_text  # noqa: E402
+from odeserve_models.albert.tokenization import AlbertTokenizerReference, preprocess_text
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 torch.set_num_threads(1)
 

@@ -3,19 +3,15 @@
 a length penalty: finished hypotheses rank by log-probability / tokens ** length_penalty, the
 search itself by raw log-probability, as in server/runtime/translation_executor.cc.
 
-  /usr/bin/python3 -m unittest discover -s tests/models -p 'test_beam_length_penalty.py'
+  PYTHONPATH=models /usr/bin/python3 -m unittest discover -s tests/models -p 'test_beam_length_penalty.py'
 """
 import math
-import pathlib
-import sys
 import unittest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "models"))
+import torch
 
-import torch  # noqa: E402
+from odeserve_models.translation import SharedTranslator, beam_search
 
-from odeserve_models.translation import SharedTranslator, beam_search  # noqa: E402
 
 MAX_OUT = 20
 PENALTIES = (0.5, 1.0, 2.0)

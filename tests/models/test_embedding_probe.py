@@ -5,31 +5,27 @@ exactly the features embed-eelbert hashes from piece strings; each expert's chan
 own field; a row never depends on padding or on the rows batched with it; the trainer's embedder
 is the one the model runs; the output is the product of the three experts.
 
-  /usr/bin/python3 -m unittest discover -s tests/models -p 'test_embedding_probe.py'
+  PYTHONPATH=models /usr/bin/python3 -m unittest discover -s tests/models -p 'test_embedding_probe.py'
 """
 import json
 import os
 import pathlib
-import sys
 import tempfile
 import unittest
 
+import torch
+import torch.nn.functional as F
+
+from odeserve_models import families
+from odeserve_models.hashing import PieceHasher
+from odeserve_models.evaluation import Runner, load_run
+from odeserve_models.lexical import EmbeddingProbeClassifier, embedder_window, piece_feature_table
+from odeserve_models.solvers import solve
+from odeserve_models.text import Tokenizer
+
+from odeserve_models.train import train_embedding_probe as trainer
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "models"))
-
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from odeserve_models import families  # noqa: E402
-from odeserve_models.hashing import PieceHasher  # noqa: E402
-from odeserve_models.evaluation import Runner, load_run  # noqa: E402
-from odeserve_models.lexical import EmbeddingProbeClassifier, embedder_window, piece_feature_table  # noqa: E402
-from odeserve_models.solvers import solve  # noqa: E402
-from odeserve_models.text import Tokenizer  # noqa: E402
-
-from trainer_scripts import load_trainer  # noqa: E402
-
-trainer = load_trainer("train_embedding_probe")
 
 VOCAB, CLASSES, BUCKETS, DEPTH, HASH_DIM, WINDOW, EOS = 40, 5, 31, 4, 6, 7, 3
 H, HE = 16, 12

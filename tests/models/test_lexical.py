@@ -4,25 +4,19 @@ ride through every solver unchanged, its features are those the trainer sums, a 
 never depends on padding or on the rows batched with it, and the output is the product of the two
 experts.
 
-  /usr/bin/python3 -m unittest discover -s tests/models -p 'test_lexical.py'
+  PYTHONPATH=models /usr/bin/python3 -m unittest discover -s tests/models -p 'test_lexical.py'
 """
-import pathlib
-import sys
 import unittest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "models"))
+import torch
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+from odeserve_models import families
+from odeserve_models.lexical import LexicalClassifier, bigram_buckets, feature_rows
+from odeserve_models.solvers import solve
 
-from odeserve_models import families  # noqa: E402
-from odeserve_models.lexical import LexicalClassifier, bigram_buckets, feature_rows  # noqa: E402
-from odeserve_models.solvers import solve  # noqa: E402
+from odeserve_models.train import train_lexical
 
-from trainer_scripts import load_trainer  # noqa: E402
-
-train_lexical = load_trainer("train_lexical")
 
 VOCAB, CLASSES, BUCKETS, DEPTH = 40, 5, 31, 4
 

@@ -2,20 +2,16 @@
 """Masked-LM pre-training pieces (models/odeserve_models/mlm.py): BERT-style masking and the
 tied / untied prediction heads of the three families.
 
-  /usr/bin/python3 -m unittest discover -s tests/models -p 'test_mlm.py'
+  PYTHONPATH=models /usr/bin/python3 -m unittest discover -s tests/models -p 'test_mlm.py'
 """
-import pathlib
 import random
-import sys
 import unittest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "models"))
+import torch
 
-import torch  # noqa: E402
+from odeserve_models import families
+from odeserve_models.mlm import MlmHead, mask_sequences, mlm_logits, token_states
 
-from odeserve_models import families  # noqa: E402
-from odeserve_models.mlm import MlmHead, mask_sequences, mlm_logits, token_states  # noqa: E402
 
 BOS, EOS, MASK, VOCAB = 2, 3, 1, 120
 

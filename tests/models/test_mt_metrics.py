@@ -2,7 +2,7 @@
 """models/odeserve_models/mt_metrics.py against published sacreBLEU reference values.
 
 Run from the repository root:
-  /usr/bin/python3 -m unittest discover -s tests/models -p 'test_mt_metrics.py'
+  PYTHONPATH=models /usr/bin/python3 -m unittest discover -s tests/models -p 'test_mt_metrics.py'
 
 Expected scores are copied from published sources, cited next to each (the only exceptions,
 Tokenizer13a.test_rules and ChrfDetails, say so and derive their values by hand from
@@ -26,10 +26,9 @@ import sys
 import tempfile
 import unittest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "models"))
+from odeserve_models import mt_metrics as mt
 
-from odeserve_models import mt_metrics as mt  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # [README] / [T_BLEU] example
 HYPS = ["The dog bit the man.", "It wasn't surprising.", "The man had just bitten him."]

@@ -3,17 +3,12 @@ without a server: the steps spec, the metrics on hand-made cases, the default_st
 JSONL checks, the profile text and --apply's config edit."""
 import os
 import shutil
-import sys
 import tempfile
 import unittest
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "models"))
-
-from odeserve_models import profile as P  # noqa: E402
-
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+from odeserve_models import profile as P
 
 
 def pts(values, solver="EULER", metric="accuracy", first_step=1):

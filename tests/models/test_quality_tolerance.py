@@ -1,13 +1,9 @@
-"""unresolvable_gap (models/odeserve_models/export.py): the quality tolerance `export_repository.py
---quality-tolerance auto` writes, checked against the exact McNemar p-values it is built on."""
+"""unresolvable_gap (models/odeserve_models/export.py): the quality tolerance `python3 -m odeserve_models
+export-repository --quality-tolerance auto` writes, checked against the exact McNemar p-values it is built on."""
 import math
-import os
-import sys
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "models"))
-
-from odeserve_models.export import unresolvable_gap  # noqa: E402
+from odeserve_models.export import unresolvable_gap
 
 
 def mcnemar_exact_p(wins, losses):

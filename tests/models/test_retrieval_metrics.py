@@ -1,14 +1,10 @@
 """recall@k of the retrieval evaluation (models/odeserve_models/baselines.py): ties with the right
 candidate are broken at random, in expectation, never counted as hits."""
-import os
-import sys
 import unittest
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "models"))
-
-from odeserve_models.baselines import recall_at_k  # noqa: E402
+from odeserve_models.baselines import recall_at_k
 
 
 class RecallAtK(unittest.TestCase):

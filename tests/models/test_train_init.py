@@ -1,28 +1,22 @@
 #!/usr/bin/env python3
-"""Fine-tuning helpers of models/train/train.py: starting from an exported classifier's or
+"""Fine-tuning helpers of models/odeserve_models/train/train.py: starting from an exported classifier's or
 embedding model's model.pt, extending the learned positions for longer inputs, word dropout, and
-distillation from the TF-IDF teacher (train/tfidf_teacher.py).
+distillation from the TF-IDF teacher (odeserve_models/train/tfidf_teacher.py).
 
-  /usr/bin/python3 -m unittest discover -s tests/models -p 'test_train_init.py'
+  PYTHONPATH=models /usr/bin/python3 -m unittest discover -s tests/models -p 'test_train_init.py'
 """
 import os
-import pathlib
-import sys
 import tempfile
 import unittest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "models"))
+import numpy as np
+import torch
+import torch.nn as nn
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
+from odeserve_models import cpu, families
 
-from odeserve_models import cpu, families  # noqa: E402
+from odeserve_models.train import tfidf_teacher, train
 
-from trainer_scripts import load_trainer  # noqa: E402
-
-train = load_trainer("train")
 
 SIZE = dict(vocab=50, emb=8, hidden=16, heads=2, ffn=32, trained_depth=2)
 LABELS = 5
@@ -117,9 +111,6 @@ class WordDropout(unittest.TestCase):
         share = 1 - out[:4, 1:300].mean().item()
         self.assertAlmostEqual(share, 0.25, delta=0.03)
         self.assertTrue(torch.equal(mask[:4, 1:300], torch.ones(4, 299)), "the input mask is not modified")
-
-
-tfidf_teacher = load_trainer("tfidf_teacher")
 
 
 class Distillation(unittest.TestCase):

@@ -2,19 +2,15 @@
 """The translator's shortlist projection (SharedTranslator.exact_logit_candidates): bfloat16
 ranking of the vocabulary, the K best logits of every row recomputed in float32.
 
-  /usr/bin/python3 -m unittest discover -s tests/models -p 'test_translation_logits.py'
+  PYTHONPATH=models /usr/bin/python3 -m unittest discover -s tests/models -p 'test_translation_logits.py'
 """
 import io
-import pathlib
-import sys
 import unittest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "models"))
+import torch
 
-import torch  # noqa: E402
+from odeserve_models.translation import SharedTranslator
 
-from odeserve_models.translation import SharedTranslator  # noqa: E402
 
 VOCAB, HIDDEN, K = 500, 64, 16
 

@@ -772,7 +772,7 @@ TEST_P(EveryTinyModel, Bfloat16WeightsStoredAtLoadGiveBitIdenticalOutputs) {
 // in it: every projection must be found either way.
 struct BundledWeights {
   std::string model;
-  // The counts of the same rule walked in Python: models/count_bf16_product_weights.py.
+  // The counts of the same rule walked in Python: `python3 -m odeserve_models count-bf16-weights`.
   int tensors;
   int64_t values;
 };
