@@ -11,7 +11,7 @@ and the pipeline that builds, evaluates and reports the bundled models, by stage
 in datasets/, train/, exporting/, evaluate/, report/; models/README.md runs them in order):
   data      fetch-data, build-datasets, build-translation-pairs, make-fixture-sample
   train     train-tokenizer, train, train-translation, train-lexical, train-embedding-probe,
-            tfidf-teacher
+            train-albert, tfidf-teacher
   export    export-repository, export-translation, make-test-repository, make-hash-test-vectors,
             count-bf16-weights
   evaluate  evaluate, eval-baselines, evaluate-served, check-served-parity, evaluate-translation,
@@ -38,6 +38,7 @@ COMMANDS = {
     "train-translation": ("odeserve_models.train.train_translation", "the en -> de translator"),
     "train-lexical": ("odeserve_models.train.train_lexical", "the section classifier's lexical expert"),
     "train-embedding-probe": ("odeserve_models.train.train_embedding_probe", "the section classifier's cross-lingual expert"),
+    "train-albert": ("odeserve_models.train.train_albert", "a small ALBERT, masked LM then step-robust sections, as an HF checkpoint"),
     "tfidf-teacher": ("odeserve_models.train.tfidf_teacher", "out-of-fold TF-IDF + LR probabilities (train --teacher)"),
     # export
     "export-repository": ("odeserve_models.exporting.export_repository", "a trained encoder run -> a model folder with its profile"),
