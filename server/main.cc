@@ -7,10 +7,12 @@
 #include <signal.h>
 
 #include <csignal>
+#include <cstdlib>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -29,6 +31,7 @@
 #include "server/core/model_manager.h"
 #include "server/metrics/metrics.h"
 #include "server/rpc/inference_service.h"
+#include "server/rpc/listener_watchdog.h"
 #include "server/rpc/open_inference_service.h"
 #include "server/rpc/security.h"
 #include "server/runtime/allocator.h"
@@ -70,6 +73,20 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert.");
 ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA bundle: require client certificates (mutual TLS).");
 ABSL_FLAG(std::string, auth_tokens_file, "",
           "Bearer tokens, one per line: Inference calls need 'authorization: Bearer <token>'.");
+ABSL_FLAG(int64_t, max_text_bytes, 65536,
+          "The most bytes of one input any model reads; each model's own limit is 32 bytes per token "
+          "of its max_sequence_length, within this. Longer inputs are refused (truncate=false) or cut "
+          "there before tokenizing (truncate=true). docs/LIMITS.md.");
+ABSL_FLAG(int64_t, max_request_bytes, 4 << 20,
+          "The largest request message gRPC receives (RESOURCE_EXHAUSTED above it, before parsing).");
+ABSL_FLAG(int, max_concurrent_streams, 1024,
+          "Calls one client connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); "
+          "a client queues the rest itself.");
+ABSL_FLAG(absl::Duration, listener_check_interval, absl::Seconds(5),
+          "How often a loopback connection checks that the gRPC listener still accepts (0 = never). "
+          "After 3 failed checks in a row the server turns NOT_SERVING and exits 3, for its "
+          "supervisor to restart it (gRPC 1.51 stops accepting for good after running out of file "
+          "descriptors).");
 ABSL_FLAG(std::string, port_file, "",
           "If set, write 'grpc_port=N\\nmetrics_port=M\\n' here once serving (for tests).");
 
@@ -77,6 +94,9 @@ namespace odeserve {
 namespace {
 
 constexpr char kServiceName[] = "odeserve.v1.Inference";
+// Failed listener checks in a row before the server gives up, and its exit code then.
+constexpr int kListenerChecksBeforeExit = 3;
+constexpr int kListenerDeadExitCode = 3;
 
 std::filesystem::path DefaultRepository() {
   std::error_code ec;
@@ -114,6 +134,9 @@ int Run() {
                                                                                   absl::GetFlag(FLAGS_compute_slots) == 1);
   LogInfo(absl::StrCat("odeserve ", ODESERVE_VERSION, " (", ODESERVE_COMMIT, ") libtorch ", TORCH_VERSION,
                        "; ", threading.summary(), "; ", allocator.summary));
+  // Every connection costs a descriptor, and gRPC 1.51's listener dies on the first accept that
+  // finds none left: take all the kernel allows.
+  LogInfo(rpc::RaiseOpenFileLimit());
 
   metrics::Metrics metrics({ODESERVE_VERSION, ODESERVE_COMMIT, TORCH_VERSION});
   int metrics_port = -1;
@@ -127,11 +150,21 @@ int Run() {
     LogInfo(absl::StrCat("metrics on http://", absl::GetFlag(FLAGS_metrics_address), ":", metrics_port, "/metrics"));
   }
 
+  const int64_t max_text_bytes = absl::GetFlag(FLAGS_max_text_bytes);
+  const int64_t max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  if (max_text_bytes < 1 || max_request_bytes < 1 || max_request_bytes > std::numeric_limits<int>::max() ||
+      absl::GetFlag(FLAGS_max_concurrent_streams) < 1) {
+    LogError(absl::StrCat("--max_text_bytes (", max_text_bytes, ") and --max_concurrent_streams (",
+                          absl::GetFlag(FLAGS_max_concurrent_streams), ") must be >= 1 and --max_request_bytes (",
+                          max_request_bytes, ") in [1, ", std::numeric_limits<int>::max(), "]"));
+    return 1;
+  }
+
   std::filesystem::path repository = absl::GetFlag(FLAGS_model_repository);
   if (repository.empty()) repository = DefaultRepository();
   core::ModelManager models({repository, absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_slots),
                              absl::GetFlag(FLAGS_calibrate), &metrics});
-  core::InferenceCore inference(&models, &metrics, {budget_reserve});
+  core::InferenceCore inference(&models, &metrics, {budget_reserve, max_text_bytes});
   std::unique_ptr<rpc::BearerTokenAuth> auth;
   if (const std::string tokens = absl::GetFlag(FLAGS_auth_tokens_file); !tokens.empty()) {
     auto loaded = rpc::BearerTokenAuth::FromFile(tokens);
@@ -158,6 +191,10 @@ int Run() {
   // gRPC sets SO_REUSEPORT by default, so a second server on a busy port would start and share
   // (steal) its connections; without it the bind fails and start-up stops with exit 1.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // gRPC refuses a larger request before parsing it (RESOURCE_EXHAUSTED), so no call makes the
+  // server hold or tokenize more than this.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(max_request_bytes));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, absl::GetFlag(FLAGS_max_concurrent_streams));
   builder.RegisterService(&service);
   // Open Inference Protocol (KServe v2) on the same port, through the same core: docs/OPEN_INFERENCE.md.
   rpc::OpenInferenceService open_inference(&inference, auth.get(), ODESERVE_VERSION);
@@ -172,6 +209,23 @@ int Run() {
   health->SetServingStatus(kServiceName, false);
   LogInfo(absl::StrCat("gRPC listening on ", absl::GetFlag(FLAGS_grpc_address), ":", grpc_port,
                        "; loading models from ", repository.string()));
+  // A listener that stopped accepting (gRPC 1.51, after running out of descriptors) never
+  // recovers: say so, and exit non-zero for the supervisor to restart the server.
+  std::unique_ptr<rpc::ListenerWatchdog> listener_watchdog;
+  if (const absl::Duration interval = absl::GetFlag(FLAGS_listener_check_interval); interval > absl::ZeroDuration()) {
+    rpc::ListenerCheckOptions check{grpc_port, rpc::FindListeningSockets(grpc_port),
+                                    rpc::ProbeHostFor(absl::GetFlag(FLAGS_grpc_address))};
+    listener_watchdog = std::make_unique<rpc::ListenerWatchdog>(
+        std::move(check), interval, kListenerChecksBeforeExit, [health, &inference](const std::string& reason) {
+          LogError(absl::StrCat("the gRPC listener accepts no connections: ", reason, "; exiting with code ",
+                                kListenerDeadExitCode, " to be restarted"));
+          inference.StartDraining();
+          health->Shutdown();  // NOT_SERVING on connections that are still open
+          const absl::Time give_up = absl::Now() + absl::GetFlag(FLAGS_drain_timeout);
+          while (inference.in_flight() > 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+          std::_Exit(kListenerDeadExitCode);
+        });
+  }
 
   if (auto status = models.LoadAll(); !status.ok()) {
     LogError(absl::StrCat("cannot load the model repository: ", status.ToString()));
@@ -213,16 +267,24 @@ int Run() {
   const absl::Time give_up = absl::Now() + drain_timeout;
   while (inference.in_flight() > 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
   const int abandoned = inference.in_flight();
-  // What is left is quick (health checks, GetModel, the last writes of finished calls) or open
-  // ended (health Watch streams, reflection): a short grace, then gRPC cancels what is still
-  // open. Waiting for give_up here kept the process up for the whole drain timeout whenever a
-  // client watched health.
+  // What is left is quick (the last writes of finished calls, health's NOT_SERVING to Watch
+  // streams, health checks, GetModel) or open ended (Watch streams, reflection): a short grace,
+  // never past the drain timeout. New calls still get UNAVAILABLE meanwhile. Waiting for
+  // give_up here kept the process up for the whole drain timeout whenever a client watched health.
   constexpr absl::Duration kShutdownGrace = absl::Milliseconds(500);
-  server->Shutdown(absl::ToChronoTime(std::min(give_up, absl::Now() + kShutdownGrace)));
-  models.StopAll();
-  if (abandoned > 0) LogWarning(absl::StrCat(abandoned, " calls were still running at the drain timeout"));
+  absl::SleepFor(std::min(give_up, absl::Now() + kShutdownGrace) - absl::Now());
+  if (abandoned > 0) {
+    LogWarning(absl::StrCat(abandoned, " calls were still running at the drain timeout; their clients get UNAVAILABLE"));
+  } else {
+    models.StopAll();  // nothing is queued: the batchers just end
+  }
   LogInfo("stopped");
-  return 0;
+  // No grpc::Server::Shutdown: once it has begun, gRPC 1.51 kills every call that still reaches
+  // the server (clients send until they have read its GOAWAY) and the client sees CANCELLED,
+  // which it does not retry. Ending the process closes every connection instead: a call the
+  // server did not answer fails UNAVAILABLE at the client, which retries it elsewhere. Every call
+  // up to here was answered, or refused with UNAVAILABLE by the draining core.
+  std::_Exit(0);
 }
 
 }  // namespace

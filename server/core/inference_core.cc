@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/common/status_macros.h"
+#include "server/core/input_limits.h"
 #include "server/repository/model_config.h"
 #include "server/tokenizer/ngram_hash.h"
 
@@ -153,13 +154,30 @@ absl::Status ValidateDecode(const Servable& s, const v1::ComputeOptions& compute
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<tokenizer::EncodedText>> Tokenize(
-    const Servable& s, const google::protobuf::RepeatedPtrField<std::string>& inputs, bool truncate) {
+// Whether the client gave up on the call (cancelled, or its deadline passed): the status to
+// end it with, or OK.
+absl::Status CallGone(const CallContext& call) {
+  if (absl::Now() >= call.deadline) {
+    return absl::DeadlineExceededError("deadline passed before the call was queued");
+  }
+  if (call.cancelled && call.cancelled()) {
+    return absl::CancelledError("call cancelled by the client before it was queued");
+  }
+  return absl::OkStatus();
+}
+
+// `texts` are the inputs within their byte limit (BoundInputBytes); a text cut there counts as
+// truncated whatever its token count.
+absl::StatusOr<std::vector<tokenizer::EncodedText>> Tokenize(const Servable& s, const CallContext& call,
+                                                             const std::vector<BoundedText>& texts,
+                                                             bool truncate) {
   std::vector<tokenizer::EncodedText> rows;
-  rows.reserve(inputs.size());
+  rows.reserve(texts.size());
   const int limit = s.config.max_sequence_length();
-  for (int i = 0; i < inputs.size(); ++i) {
-    auto encoded = s.tokenizer->Encode(inputs[i], limit, truncate);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    // Tokenizing runs on gRPC's threads: a call its client gave up on stops here.
+    RETURN_IF_ERROR(CallGone(call));
+    auto encoded = s.tokenizer->Encode(texts[i].text, limit, truncate);
     if (absl::IsOutOfRange(encoded.status())) {
       return absl::InvalidArgumentError(absl::StrCat("inputs[", i, "] has ", encoded.status().message(), "; model '",
                                                      s.config.name(), "' accepts at most ", limit,
@@ -172,6 +190,7 @@ absl::StatusOr<std::vector<tokenizer::EncodedText>> Tokenize(
       return absl::InvalidArgumentError(absl::StrCat("inputs[", i, "] has no tokens after tokenization for model '",
                                                      s.config.name(), "'"));
     }
+    if (texts[i].cut) encoded->truncated = true;
     rows.push_back(*std::move(encoded));
   }
   return rows;
@@ -276,7 +295,11 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
     return done(absl::InvalidArgumentError(absl::StrCat(
         "compute.decoder_steps is only for translation models; model '", model, "' has no decoder")));
   }
-  auto rows_or = Tokenize(s, inputs, truncate);
+  // Bytes are bounded before any tokenization (its cost grows faster than a text's length).
+  auto texts_or = BoundInputBytes(inputs, s.config.name(), s.config.max_sequence_length(),
+                                  options_.max_text_bytes, truncate);
+  if (!texts_or.ok()) return done(texts_or.status());
+  auto rows_or = Tokenize(s, call, *texts_or, truncate);
   if (!rows_or.ok()) return done(rows_or.status());
 
   // The budget is the explicit latency_budget, else the client's deadline, and never past the
@@ -393,6 +416,8 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
     if (budget) servable->metrics->ObserveBudget(met ? "met" : "missed");
     done(absl::OkStatus());
   };
+  // Tokenizing and planning took time: a call given up meanwhile is not queued.
+  if (auto gone = CallGone(call); !gone.ok()) return done(gone);
   if (auto status = s.scheduler->Submit(std::move(item)); !status.ok()) done(status);
 }
 

@@ -32,6 +32,9 @@ struct InferenceOptions {
   /// response's way through the network, gRPC and the client. A budget is measured by the
   /// client, so a plan that spends all of it server-side is late there.
   absl::Duration budget_reserve = absl::ZeroDuration();
+  /// The most bytes of one input any model reads (--max_text_bytes); each model's own limit is
+  /// kTextBytesPerToken x its max_sequence_length, within this (server/core/input_limits.h).
+  int64_t max_text_bytes = 65536;
 };
 
 class InferenceCore {

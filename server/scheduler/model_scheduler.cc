@@ -634,7 +634,32 @@ double ModelScheduler::PredictBatchSeconds(const std::vector<Slice>& slices) con
   return cost_model_.Predict(shape);
 }
 
+std::vector<ModelScheduler::Slice> ModelScheduler::WithoutGoneCalls(std::vector<Slice> slices) {
+  const absl::Time now = absl::Now();
+  std::vector<std::shared_ptr<Entry>> gone;
+  std::vector<Slice> wanted;
+  for (auto& slice : slices) {
+    if (Gone(*slice.entry->item, now)) {
+      gone.push_back(slice.entry);
+    } else {
+      wanted.push_back(std::move(slice));
+    }
+  }
+  // Rows of a gone call still queued (a split call) are removed by the next TakeBatchLocked,
+  // which skips completed entries.
+  FailDropped(gone);
+  return wanted;
+}
+
 void ModelScheduler::RunBatch(std::vector<Slice> slices) {
+  if (options_.gate) options_.gate->Acquire();
+  // The wait for the gate can be long (another model's batch): calls cancelled or expired
+  // meanwhile leave before their rows cost an input stage and a step.
+  slices = WithoutGoneCalls(std::move(slices));
+  if (slices.empty()) {
+    if (options_.gate) options_.gate->Release();
+    return;
+  }
   ExecBatch exec;
   exec.solver = slices.front().entry->item->solver;
   std::vector<std::pair<size_t, size_t>> owner;  // exec row -> (slice, row in its entry)
@@ -658,6 +683,7 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
     slices.clear();
     int batch_rows = 0;
     for (const auto& slice : first) batch_rows += static_cast<int>(slice.end - slice.begin);
+    // Taken once the gate is held: waiting for another model's batch is queueing, not compute.
     const absl::Time started = absl::Now();
     for (auto& slice : first) add_rows(slice, 0, batch_rows, started, exec.rows);
   }
@@ -719,6 +745,14 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
       entry.scores[index] = output.score;
     }
     if (++entry.finished_rows < entry.item->rows.size()) return;
+    // A client that cancelled while the last step computed never receives the result: it counts
+    // as cancelled, not served. (A passed deadline marks a call cancelled too; that one is late,
+    // and its caller decides how to count it.)
+    const WorkItem& item = *entry.item;
+    if (absl::Now() < item.deadline && item.cancelled && item.cancelled()) {
+      Complete(entry, absl::CancelledError("call cancelled by the client while computing; its result was dropped"));
+      return;
+    }
     WorkResult result;
     result.outputs = std::move(entry.outputs);
     result.tokens = std::move(entry.tokens);
@@ -746,12 +780,7 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
     return false;
   };
 
-  if (options_.gate) options_.gate->Acquire();
   last_boundary = absl::Now();
-  // Waiting for another model's batch to release the gate is queueing, not compute.
-  for (auto& slice : slices) {
-    if (slice.begin == 0) slice.entry->first_start = last_boundary;
-  }
   const bool gate_waiters = options_.gate && options_.gate->HasWaiters();
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -277,6 +277,10 @@ class ModelScheduler {
   int64_t Padded(int64_t longest) const {
     return PaddedLength(longest, options_.pad_to_multiple, options_.max_sequence_length);
   }
+  /// Completes the calls of `slices` that are gone (cancelled or past their deadline) and
+  /// returns the others.
+  std::vector<Slice> WithoutGoneCalls(std::vector<Slice> slices);
+  /// Acquires the compute gate, drops calls that went meanwhile, and runs the rest.
   void RunBatch(std::vector<Slice> slices);
   void Complete(Entry& entry, absl::StatusOr<WorkResult> result);
   /// Predicted compute of a call: `rows` x `tokens` padded, encoder `steps` of `solver`, and

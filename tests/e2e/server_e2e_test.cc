@@ -1,10 +1,22 @@
 // End-to-end: the real odeserve binary on loopback, a test model repository of tiny models of
 // every family (plus a deliberately broken one and a slow-queue one), called over real gRPC.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
+#include <condition_variable>
+#include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <tuple>
 #include <sstream>
 #include <filesystem>
@@ -795,6 +807,52 @@ TEST_F(ServerTest, TruncationCutsLongInputsWhenAsked) {
   EXPECT_EQ(response.report().tokens(), 32);
 }
 
+// A run of one character the tokenizer does not know costs SentencePiece the square of its length
+// (a 1 MB run held a gRPC thread for many seconds). Bytes are bounded before tokenizing: over its
+// 1,024-byte limit (32 bytes x tiny-albert's 32 tokens) an input is refused at once, or only its
+// first 1,024 bytes are tokenized; health answers all along.
+TEST_F(ServerTest, AMegabyteRunOfAnUnknownCharacterIsRefusedOrCutAtOnceAndHealthKeepsAnswering) {
+  std::string han;
+  for (int i = 0; i < 349525; ++i) han += "\xE6\xBC\xA2";  // U+6F22, 1,048,575 bytes
+  std::atomic<bool> stop{false};
+  std::atomic<int> health_checks{0}, health_failures{0};
+  auto health_poller = std::async(std::launch::async, [&] {
+    auto health = grpc::health::v1::Health::NewStub(server_->channel());
+    while (!stop.load()) {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      grpc::health::v1::HealthCheckRequest request;
+      grpc::health::v1::HealthCheckResponse response;
+      if (!health->Check(&context, request, &response).ok()) ++health_failures;
+      ++health_checks;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  for (const bool truncate : {false, true}) {
+    EmbedRequest request = EmbedOf("tiny-albert", {han});
+    request.set_truncate(truncate);
+    EmbedResponse response;
+    const auto started = std::chrono::steady_clock::now();
+    const auto status = Embed(request, &response, std::chrono::seconds(60));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    // Milliseconds here; generous for a loaded CI machine (the unbounded tokenizer took ~13 s).
+    EXPECT_LT(seconds, 2.0) << "truncate=" << truncate;
+    if (!truncate) {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+      EXPECT_THAT(status.error_message(), AllOf(HasSubstr("inputs[0] has 1048575 bytes"), HasSubstr("limit of 1024 bytes"),
+                                                HasSubstr("max_sequence_length"), HasSubstr("truncate=true")));
+    } else {
+      ASSERT_TRUE(status.ok()) << status.error_message();
+      EXPECT_EQ(response.report().truncated_inputs(), 1);
+    }
+  }
+  stop = true;
+  health_poller.get();
+  EXPECT_GT(health_checks.load(), 0);
+  EXPECT_EQ(health_failures.load(), 0) << "health did not answer within 1 s";
+  ExpectStillServing();
+}
+
 TEST_F(ServerTest, BudgetChoosesStepsRefusesOrServesTheFloor) {
   EmbedRequest generous = EmbedOf("tiny-albert", {"budgeted request"});
   generous.mutable_compute()->mutable_latency_budget()->set_seconds(10);
@@ -1160,6 +1218,293 @@ TEST(ServerLifecycle, WithNoModelReadyTheInferenceServiceIsNotServing) {
   EXPECT_EQ(models.models(0).state(), v1::FAILED);
   EXPECT_THAT(server.log(), HasSubstr("serving 0 of 1 models"));
   EXPECT_EQ(server.Terminate(), 0) << server.log();
+  std::error_code ec;
+  fs::remove_all(repo, ec);
+}
+
+// A repository of `models` from the test repository, plus the bundled translator when asked.
+fs::path MakeSmallRepository(const std::vector<std::string>& models, bool bundled_translator = false) {
+  std::random_device random;
+  const fs::path repo = fs::temp_directory_path() / ("odeserve-small-repo-" + std::to_string(random()));
+  for (const auto& model : models) {
+    fs::create_directories(repo / model);
+    fs::copy(fs::path(ODESERVE_TEST_REPOSITORY) / model, repo / model, fs::copy_options::recursive);
+  }
+  if (bundled_translator) {
+    fs::create_directories(repo / "translate-en-de");
+    fs::copy(ODESERVE_BUNDLED_TRANSLATOR, repo / "translate-en-de", fs::copy_options::recursive);
+  }
+  return repo;
+}
+
+// --max_request_bytes is gRPC's receive limit (RESOURCE_EXHAUSTED before the message is parsed)
+// and --max_text_bytes caps every model's per-input limit; a bad value stops start-up.
+TEST(ServerLifecycle, TheRequestAndTextByteLimitsFollowTheirFlags) {
+  const fs::path repo = MakeSmallRepository({"tiny-albert"});
+  {
+    testing::ServerProcess server(ODESERVE_BINARY, repo, {"--max_request_bytes=65536", "--max_text_bytes=512"});
+    ASSERT_TRUE(server.ok()) << server.log();
+    auto stub = server.stub();
+    EmbedRequest large;
+    large.set_model("tiny-albert");
+    large.add_inputs(std::string(100000, 'x'));
+    large.set_truncate(true);
+    EmbedResponse response;
+    grpc::ClientContext large_context;
+    const auto refused = stub->Embed(&large_context, large, &response);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+    EXPECT_THAT(refused.error_message(), HasSubstr("65536"));
+
+    EmbedRequest over_text;
+    over_text.set_model("tiny-albert");
+    over_text.add_inputs("fine");
+    over_text.add_inputs(std::string(600, 'x'));
+    grpc::ClientContext text_context;
+    const auto invalid = stub->Embed(&text_context, over_text, &response);
+    EXPECT_EQ(invalid.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(invalid.error_message(),
+                AllOf(HasSubstr("inputs[1] has 600 bytes"), HasSubstr("limit of 512 bytes"), HasSubstr("--max_text_bytes 512")));
+  }
+  testing::ServerProcess bad(ODESERVE_BINARY, repo, {"--max_text_bytes=0"});
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(bad.startup_exit_code(), 1) << bad.log();
+  EXPECT_THAT(bad.log(), HasSubstr("--max_text_bytes (0) and --max_concurrent_streams (1024) must be >= 1"));
+  std::error_code ec;
+  fs::remove_all(repo, ec);
+}
+
+// Calls cancelled by their clients cost no compute and never count as served. Here a long
+// translation holds the compute gate (one slot); tiny-albert's batcher takes the calls queued
+// meanwhile and waits for the gate; their clients cancel. When the gate frees, the batch must
+// drop them instead of running their input stage and a step.
+TEST(ServerLifecycle, CallsCancelledWhileTheirBatchWaitsForTheComputeGateComputeNothing) {
+  const fs::path repo = MakeSmallRepository({"tiny-albert"}, /*bundled_translator=*/true);
+  testing::ServerProcess server(ODESERVE_BINARY, repo);
+  ASSERT_TRUE(server.ok()) << server.log();
+  auto stub = server.stub();
+  auto translation = std::async(std::launch::async, [&] {
+    v1::TranslateRequest request;
+    request.set_model("translate-en-de");
+    for (int i = 0; i < 4; ++i) {
+      request.add_inputs("development files for the GNU C library, a tool to compress files and a fast web server");
+    }
+    request.set_beam_size(8);
+    request.set_max_output_tokens(128);
+    request.mutable_compute()->set_steps(12);
+    request.mutable_compute()->set_decoder_steps(12);
+    grpc::ClientContext context;
+    v1::TranslateResponse response;
+    return server.stub()->Translate(&context, request, &response);
+  });
+  ASSERT_TRUE(WaitForMetricLine(server.metrics_port(), "odeserve_requests_in_flight{model=\"translate-en-de\"} 1\n"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its batch starts and takes the gate
+
+  constexpr int kCalls = 8;
+  EmbedRequest request;
+  request.set_model("tiny-albert");
+  request.add_inputs("cancelled before it could run");
+  request.mutable_compute()->set_steps(8);
+  request.mutable_compute()->set_solver(v1::RK4);
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<EmbedResponse> responses(kCalls);
+  std::mutex mutex;
+  std::condition_variable answered;
+  std::vector<grpc::StatusCode> codes;
+  for (int i = 0; i < kCalls; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    stub->async()->Embed(contexts.back().get(), &request, &responses[i], [&](grpc::Status status) {
+      std::lock_guard<std::mutex> lock(mutex);
+      codes.push_back(status.error_code());
+      answered.notify_all();
+    });
+  }
+  ASSERT_TRUE(WaitForMetricLine(server.metrics_port(), "odeserve_requests_in_flight{model=\"tiny-albert\"} 8\n"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the batcher takes them, then waits
+  for (auto& context : contexts) context->TryCancel();
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    answered.wait(lock, [&] { return codes.size() == static_cast<size_t>(kCalls); });
+  }
+  ASSERT_TRUE(WaitForMetricLine(server.metrics_port(), "odeserve_requests_in_flight{model=\"tiny-albert\"} 0\n"));
+  const auto translated = translation.get();
+  EXPECT_TRUE(translated.ok()) << translated.error_message();
+  const std::string page = testing::HttpGet(server.metrics_port(), "/metrics");
+  EXPECT_EQ(std::max(0.0, MetricValue(page, "odeserve_batch_size_sum{model=\"tiny-albert\"}")), 0)
+      << "rows of cancelled calls were computed\n" << page;
+  EXPECT_EQ(std::max(0.0, MetricValue(page, "odeserve_requests_total{code=\"OK\",method=\"Embed\",model=\"tiny-albert\"}")), 0);
+  EXPECT_EQ(MetricValue(page, "odeserve_requests_total{code=\"CANCELLED\",method=\"Embed\",model=\"tiny-albert\"}"), kCalls);
+  std::error_code ec;
+  fs::remove_all(repo, ec);
+}
+
+// Clients retry UNAVAILABLE on another replica, not CANCELLED. Calls sent while the server drains
+// and exits must each be answered, or fail UNAVAILABLE. gRPC's own Shutdown killed calls that
+// reached it after it began, and their clients saw CANCELLED (in 4 of 5 runs of this hammer).
+TEST(ServerLifecycle, CallsSentAroundTheExitAfterSigtermGetUnavailableNeverCancelled) {
+  const fs::path repo = MakeSmallRepository({"tiny-albert"});
+  for (int round = 0; round < 3; ++round) {
+    testing::ServerProcess server(ODESERVE_BINARY, repo);
+    ASSERT_TRUE(server.ok()) << server.log();
+    std::atomic<bool> stop{false};
+    std::mutex mutex;
+    std::map<grpc::StatusCode, int> codes;
+    std::vector<std::thread> clients;
+    for (int c = 0; c < 8; ++c) {
+      clients.emplace_back([&, c] {
+        grpc::ChannelArguments arguments;
+        arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
+        arguments.SetInt("odeserve.test.client", c);
+        auto stub = v1::Inference::NewStub(
+            grpc::CreateCustomChannel(server.address(), grpc::InsecureChannelCredentials(), arguments));
+        EmbedRequest request;
+        request.set_model("tiny-albert");
+        request.add_inputs("sent around the exit");
+        while (!stop.load()) {
+          grpc::ClientContext context;
+          context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+          EmbedResponse response;
+          const grpc::StatusCode code = stub->Embed(&context, request, &response).error_code();
+          std::lock_guard<std::mutex> lock(mutex);
+          ++codes[code];
+        }
+      });
+    }
+    // SIGTERM once calls are being served.
+    const std::string served = "odeserve_requests_total{code=\"OK\",method=\"Embed\",model=\"tiny-albert\"}";
+    for (const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+         MetricValue(testing::HttpGet(server.metrics_port(), "/metrics"), served) < 1 &&
+         std::chrono::steady_clock::now() < give_up;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    const int exit_code = server.Terminate();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // calls after the exit too
+    stop = true;
+    for (auto& client : clients) client.join();
+    EXPECT_EQ(exit_code, 0) << server.log();
+    EXPECT_GT(codes[grpc::StatusCode::OK], 0);
+    EXPECT_GT(codes[grpc::StatusCode::UNAVAILABLE], 0);
+    for (const auto& [code, count] : codes) {
+      EXPECT_TRUE(code == grpc::StatusCode::OK || code == grpc::StatusCode::UNAVAILABLE)
+          << "round " << round << ": " << count << " calls ended with code " << code;
+    }
+  }
+  std::error_code ec;
+  fs::remove_all(repo, ec);
+}
+
+// Descriptors process `pid` holds open.
+int OpenDescriptors(pid_t pid) {
+  int count = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) ++count;
+  return count;
+}
+
+// `count` TCP connections to 127.0.0.1:port, made without a gRPC handshake.
+std::vector<int> OpenConnections(int port, int count) {
+  std::vector<int> fds;
+  for (int i = 0; i < count; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+    connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+    fds.push_back(fd);
+  }
+  return fds;
+}
+
+int GrpcPort(const testing::ServerProcess& server) {
+  return std::stoi(server.address().substr(server.address().rfind(':') + 1));
+}
+
+// A health check over a connection of its own (channels to one address otherwise share one).
+bool HealthCheckOnANewConnection(const testing::ServerProcess& server, int attempt) {
+  grpc::ChannelArguments arguments;
+  arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  arguments.SetInt("odeserve.test.attempt", attempt);
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateCustomChannel(server.address(), grpc::InsecureChannelCredentials(), arguments));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  return health->Check(&context, request, &response).ok();
+}
+
+// "Max open files" of process `pid`: {soft, hard} as /proc/PID/limits writes them.
+std::pair<std::string, std::string> OpenFileLimits(pid_t pid) {
+  std::ifstream limits("/proc/" + std::to_string(pid) + "/limits");
+  for (std::string line; std::getline(limits, line);) {
+    if (line.rfind("Max open files", 0) != 0) continue;
+    std::istringstream fields(line.substr(std::string("Max open files").size()));
+    std::string soft, hard;
+    fields >> soft >> hard;
+    return {soft, hard};
+  }
+  return {};
+}
+
+// A server started under a low soft descriptor limit (a container's or a shell's default)
+// takes the hard limit, and so serves more connections than the soft limit allowed.
+TEST(ServerLifecycle, ALowSoftDescriptorLimitIsRaisedToTheHardLimitAtStart) {
+  rlimit original{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &original), 0);
+  if (original.rlim_max != RLIM_INFINITY && original.rlim_max < 1024) GTEST_SKIP() << "hard limit too low to test";
+  const fs::path repo = MakeSmallRepository({"tiny-albert"});
+  rlimit lowered = original;
+  lowered.rlim_cur = 256;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  testing::ServerProcess server(ODESERVE_BINARY, repo);  // inherits the soft limit of 256
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &original), 0);
+  ASSERT_TRUE(server.ok()) << server.log();
+  const auto [soft, hard] = OpenFileLimits(server.pid());
+  EXPECT_NE(soft, "256") << server.log();
+  if (hard != "unlimited") {  // unlimited: fs.nr_open instead
+    EXPECT_EQ(soft, hard) << server.log();
+  }
+  EXPECT_THAT(server.log(), HasSubstr("open files: soft limit raised from 256"));
+  std::vector<int> connections = OpenConnections(GrpcPort(server), 400);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_TRUE(HealthCheckOnANewConnection(server, 0)) << "400 connections broke the listener\n" << server.log();
+  for (int fd : connections) close(fd);
+  std::error_code ec;
+  fs::remove_all(repo, ec);
+}
+
+// gRPC 1.51 stops accepting for good after an accept fails for want of descriptors. A server in
+// that state must not live on accepting nothing: within a bounded time either a new connection
+// is served again, or the process has exited non-zero for its supervisor to restart it. Here
+// its limit is lowered (soft and hard) to 16 above what it holds, and 64 connections take them.
+TEST(ServerLifecycle, RunningOutOfDescriptorsNeverLeavesAServerThatAcceptsNothing) {
+  const fs::path repo = MakeSmallRepository({"tiny-albert"});
+  testing::ServerProcess server(ODESERVE_BINARY, repo);
+  ASSERT_TRUE(server.ok()) << server.log();
+  const rlim_t limit = static_cast<rlim_t>(OpenDescriptors(server.pid()) + 16);
+  const rlimit low{limit, limit};
+  ASSERT_EQ(prlimit(server.pid(), RLIMIT_NOFILE, &low, nullptr), 0) << std::strerror(errno);
+  std::vector<int> connections = OpenConnections(GrpcPort(server), 64);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  for (int fd : connections) close(fd);
+
+  bool served = false;
+  siginfo_t exit{};
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int attempt = 1; std::chrono::steady_clock::now() < give_up; ++attempt) {
+    // WNOWAIT: the process stays a zombie for ServerProcess to reap.
+    if (waitid(P_PID, static_cast<id_t>(server.pid()), &exit, WEXITED | WNOHANG | WNOWAIT) == 0 && exit.si_pid == server.pid()) break;
+    if (HealthCheckOnANewConnection(server, attempt)) {
+      served = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (!served) {
+    ASSERT_EQ(exit.si_pid, server.pid()) << "after 60 s the server neither accepts nor exits\n" << server.log();
+    EXPECT_EQ(exit.si_code, CLD_EXITED) << "killed by signal " << exit.si_status << "\n" << server.log();
+    EXPECT_EQ(exit.si_status, 3) << server.log();
+    EXPECT_THAT(server.log(), HasSubstr("the gRPC listener accepts no connections"));
+  }
   std::error_code ec;
   fs::remove_all(repo, ec);
 }

@@ -793,6 +793,87 @@ TEST(ModelScheduler, WaitingForTheComputeGateCountsAsQueueTime) {
   EXPECT_LT(result->compute_time, absl::Milliseconds(80)) << "the wait for the gate was counted as compute";
 }
 
+// The batcher takes a batch from the queue, then waits for the compute gate (another model's
+// batch may hold it for seconds). A call cancelled or expired meanwhile must not cost its rows an
+// input stage and a step: it leaves before the executor runs.
+TEST(ModelScheduler, ACallGoneWhileItsBatchWaitsForTheComputeGateIsNeverComputed) {
+  auto gate = std::make_shared<ComputeGate>(1);
+  SchedulerOptions options = Options();
+  options.gate = gate;
+  auto executor = std::make_shared<FakeExecutor>();
+  ModelScheduler scheduler(options, executor);
+  gate->Acquire();  // another model's batch holds the only slot
+  auto flag = std::make_shared<std::atomic<bool>>(false);
+  Completion cancelled, expired, kept;
+  auto item = Item({Row(7, 4), Row(8, 4)}, 4, cancelled);
+  item->cancelled = [flag] { return flag->load(); };
+  ASSERT_TRUE(scheduler.Submit(std::move(item)).ok());
+  auto expiring = Item({Row(6, 4)}, 4, expired);
+  expiring->deadline = absl::Now() + absl::Milliseconds(30);
+  ASSERT_TRUE(scheduler.Submit(std::move(expiring)).ok());
+  ASSERT_TRUE(scheduler.Submit(Item({Row(9, 4)}, 4, kept)).ok());
+  // Taken from the queue into a batch, which now waits for the gate.
+  for (int i = 0; i < 500 && scheduler.queued_rows() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_EQ(scheduler.queued_rows(), 0);
+  flag->store(true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));  // past the deadline
+  gate->Release();
+  EXPECT_EQ(cancelled.Wait().status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(expired.Wait().status().code(), absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(kept.Wait().ok());
+  const auto batches = executor->batches();
+  ASSERT_EQ(batches.size(), 1u);
+  ASSERT_EQ(batches[0].rows.size(), 1u) << "a gone call's rows reached the executor";
+  EXPECT_EQ(batches[0].rows[0].marker, 9);
+  EXPECT_EQ(cancelled.calls, 1);
+  EXPECT_EQ(expired.calls, 1);
+}
+
+// When every call of a batch went while it waited for the gate, nothing runs at all.
+TEST(ModelScheduler, ABatchWhoseCallsAllWentRunsNothingAndFreesTheGate) {
+  auto gate = std::make_shared<ComputeGate>(1);
+  SchedulerOptions options = Options();
+  options.gate = gate;
+  auto executor = std::make_shared<FakeExecutor>();
+  ModelScheduler scheduler(options, executor);
+  gate->Acquire();
+  auto flag = std::make_shared<std::atomic<bool>>(false);
+  std::vector<Completion> done(4);
+  for (int i = 0; i < 4; ++i) {
+    auto item = Item({Row(i + 1, 4)}, 8, done[i], Solver::kRk4);
+    item->cancelled = [flag] { return flag->load(); };
+    ASSERT_TRUE(scheduler.Submit(std::move(item)).ok());
+  }
+  for (int i = 0; i < 500 && scheduler.queued_rows() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_EQ(scheduler.queued_rows(), 0);
+  flag->store(true);
+  gate->Release();
+  for (auto& d : done) EXPECT_EQ(d.Wait().status().code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(executor->batches().empty()) << "a batch of cancelled calls ran";
+  Completion later;
+  ASSERT_TRUE(scheduler.Submit(Item({Row(5, 4)}, 1, later)).ok());
+  EXPECT_TRUE(later.Wait().ok()) << "the gate was not given back";
+}
+
+// A client that cancels while its call's last step computes never receives the result, so the
+// call counts as cancelled, not as served.
+TEST(ModelScheduler, ACallCancelledDuringItsLastStepIsCancelledNotServed) {
+  auto executor = std::make_shared<FakeExecutor>();
+  auto flag = std::make_shared<std::atomic<bool>>(false);
+  executor->on_iteration_ = [flag](int iteration) {
+    if (iteration == 2) flag->store(true);
+  };
+  ModelScheduler scheduler(Options(), executor);
+  Completion cancelled;
+  auto item = Item({Row(7, 4)}, 2, cancelled);
+  item->cancelled = [flag] { return flag->load(); };
+  ASSERT_TRUE(scheduler.Submit(std::move(item)).ok());
+  const auto& result = cancelled.Wait();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("result was dropped"));
+  EXPECT_EQ(cancelled.calls, 1);
+}
+
 TEST(ModelScheduler, ComputeGateSerializesBatchesAcrossModels) {
   std::atomic<int> concurrent{0}, max_concurrent{0};
   auto gate = std::make_shared<ComputeGate>(1);
