@@ -26,6 +26,9 @@ absl::Duration FromProto(const google::protobuf::Duration& d) {
   return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
 }
 
+// The RPC a call is counted under: the caller's, or this core method's own.
+std::string MethodName(const CallContext& call, const char* own) { return call.method.empty() ? own : call.method; }
+
 
 // Finds a READY model serving `task`, or the status the caller gets.
 absl::StatusOr<const Servable*> FindServable(const ModelManager& models, const std::string& name,
@@ -431,16 +434,17 @@ void InferenceCore::Embed(const CallContext& call, const v1::EmbedRequest& reque
       response->add_embeddings()->mutable_values()->Add(output.begin(), output.end());
     }
   };
-  RunModel(call, v1::EMBEDDING, "Embed", request.model(), request.inputs(), request.compute(),
+  RunModel(call, v1::EMBEDDING, MethodName(call, "Embed"), request.model(), request.inputs(), request.compute(),
            request.truncate(), nullptr, std::move(fill), response->mutable_report(), std::move(done));
 }
 
 void InferenceCore::Classify(const CallContext& call, const v1::ClassifyRequest& request,
                              v1::ClassifyResponse* response, Completion done) {
   response->set_model(request.model());
-  if (auto admission = Admit("Classify"); !admission.ok()) return done(admission);
+  const std::string method = MethodName(call, "Classify");
+  if (auto admission = Admit(method); !admission.ok()) return done(admission);
   if (request.top_k() < 0) {
-    Track(request.model(), "Classify", call.received, std::move(done))(
+    Track(request.model(), method, call.received, std::move(done))(
         absl::InvalidArgumentError(absl::StrCat("top_k must be >= 0, got ", request.top_k())));
     return;
   }
@@ -455,7 +459,7 @@ void InferenceCore::Classify(const CallContext& call, const v1::ClassifyRequest&
       }
     }
   };
-  RunModel(call, v1::CLASSIFICATION, "Classify", request.model(), request.inputs(),
+  RunModel(call, v1::CLASSIFICATION, method, request.model(), request.inputs(),
            request.compute(), request.truncate(), nullptr, std::move(fill), response->mutable_report(),
            std::move(done));
 }
@@ -463,7 +467,7 @@ void InferenceCore::Classify(const CallContext& call, const v1::ClassifyRequest&
 void InferenceCore::Translate(const CallContext& call, const v1::TranslateRequest& request,
                               v1::TranslateResponse* response, Completion done) {
   const DecodeRequest decode{request.beam_size(), request.max_output_tokens(), request.length_penalty(), nullptr};
-  RunTranslate(call, "Translate", request, decode, response, std::move(done));
+  RunTranslate(call, MethodName(call, "Translate"), request, decode, response, std::move(done));
 }
 
 void InferenceCore::RunTranslate(const CallContext& call, const std::string& method,

@@ -19,6 +19,9 @@ struct CallContext {
   absl::Time received = absl::Now();
   absl::Time deadline = absl::InfiniteFuture();  // the client's deadline, if it set one
   std::function<bool()> cancelled;               // optional; true once the client gave up
+  // The RPC the metrics count the call under; empty = the core method's own name (Embed, ...).
+  // The Open Inference service serves ModelInfer through Embed, Classify and Translate.
+  std::string method;
 };
 
 /// Called exactly once per call, possibly on another thread, after the response is filled.

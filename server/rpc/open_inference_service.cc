@@ -113,7 +113,8 @@ grpc::ServerUnaryReactor* OpenInferenceService::ModelInfer(grpc::CallbackServerC
                                                            inference::ModelInferResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Made first: the lookup and decoding below count against the call's deadline and budget.
-  const core::CallContext call = MakeCallContext(context);
+  core::CallContext call = MakeCallContext(context);
+  call.method = "ModelInfer";
   if (auto status = Authorize(auth_, *context, core_, "ModelInfer"); !status.ok()) {
     reactor->Finish(ToGrpcStatus(status));
     return reactor;

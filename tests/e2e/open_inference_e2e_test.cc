@@ -37,13 +37,9 @@ using ::testing::IsEmpty;
 fs::path MakeRepository() {
   const fs::path repo = testing::CopyToTemp(ODESERVE_TEST_REPOSITORY, "oip-repo");
   fs::remove(repo / ".stamp");
-  fs::copy(repo / "tiny-classifier", repo / "broken-classifier", fs::copy_options::recursive);
-  testing::EditConfig(repo / "broken-classifier", "name: \"tiny-classifier\"", "name: \"broken-classifier\"");
-  testing::EditConfig(repo / "broken-classifier", "trained_depth: 4", "trained_depth: 0");
-  fs::copy(repo / "tiny-albert", repo / "slow-queue", fs::copy_options::recursive);
-  testing::EditConfig(repo / "slow-queue", "name: \"tiny-albert\"", "name: \"slow-queue\"");
-  testing::EditConfig(repo / "slow-queue", "max_queue_delay_us: 1000",
-                      "max_queue_delay_us: 1000000\n  queue_delay_when_idle: true");
+  testing::CopyModel(repo, "tiny-classifier", "broken-classifier", {{"trained_depth: 4", "trained_depth: 0"}});
+  testing::CopyModel(repo, "tiny-albert", "slow-queue",
+                     {{"max_queue_delay_us: 1000", "max_queue_delay_us: 1000000\n  queue_delay_when_idle: true"}});
   return repo;
 }
 
@@ -158,22 +154,10 @@ double MetricValue(const std::string& page, const std::string& series) {
 
 class OpenInferenceTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    repository_ = new fs::path(MakeRepository());
-    server_ = new testing::ServerProcess(ODESERVE_BINARY, *repository_);
-    ASSERT_TRUE(server_->ok()) << server_->log();
-  }
-  static void TearDownTestSuite() {
-    if (server_ != nullptr) {
-      EXPECT_EQ(server_->Terminate(), 0) << server_->log();
-      delete server_;
-    }
-    std::error_code ec;
-    if (repository_ != nullptr) fs::remove_all(*repository_, ec);
-    delete repository_;
-  }
+  static void SetUpTestSuite() { server_.Start(ODESERVE_BINARY, MakeRepository()); }
+  static void TearDownTestSuite() { server_.Stop(); }
   void SetUp() override {
-    ASSERT_TRUE(server_ != nullptr && server_->ok());
+    ASSERT_TRUE(server_.ok());
     v2_ = inference::GRPCInferenceService::NewStub(server_->channel());
     v1_ = server_->stub();
   }
@@ -208,14 +192,12 @@ class OpenInferenceTest : public ::testing::Test {
     ASSERT_TRUE(status.ok()) << status.error_message();
   }
 
-  static fs::path* repository_;
-  static testing::ServerProcess* server_;
+  static testing::SuiteServer server_;
   std::unique_ptr<inference::GRPCInferenceService::Stub> v2_;
   std::unique_ptr<v1::Inference::Stub> v1_;
 };
 
-fs::path* OpenInferenceTest::repository_ = nullptr;
-testing::ServerProcess* OpenInferenceTest::server_ = nullptr;
+testing::SuiteServer OpenInferenceTest::server_;
 
 TEST_F(OpenInferenceTest, ServerLiveReadyAndMetadata) {
   {
@@ -570,9 +552,9 @@ TEST_F(OpenInferenceTest, ErrorsShareV1sCodesAndMessages) {
 TEST_F(OpenInferenceTest, CallsAreCountedInTheRequestMetrics) {
   const std::string metadata_ok = "odeserve_requests_total{code=\"OK\",method=\"ModelMetadata\",model=\"\"}";
   const std::string refused = "odeserve_requests_total{code=\"INVALID_ARGUMENT\",method=\"ModelInfer\",model=\"\"}";
-  // Served ModelInfer calls run through the core's Embed/Classify/Translate and are counted there
-  // (see docs/OPEN_INFERENCE.md, "Metrics").
-  const std::string served = "odeserve_requests_total{code=\"OK\",method=\"Embed\",model=\"tiny-albert\"}";
+  // Served ModelInfer calls run through the core's Embed, counted under ModelInfer with their model.
+  const std::string served = "odeserve_requests_total{code=\"OK\",method=\"ModelInfer\",model=\"tiny-albert\"}";
+  const std::string as_v1 = "odeserve_requests_total{code=\"OK\",method=\"Embed\",model=\"tiny-albert\"}";
   const std::string before = testing::HttpGet(server_->metrics_port(), "/metrics");
   inference::ModelMetadataResponse metadata;
   ASSERT_TRUE(Metadata("tiny-albert", &metadata).ok());
@@ -585,6 +567,7 @@ TEST_F(OpenInferenceTest, CallsAreCountedInTheRequestMetrics) {
   EXPECT_EQ(MetricValue(after, metadata_ok), MetricValue(before, metadata_ok) + 1) << after;
   EXPECT_EQ(MetricValue(after, refused), MetricValue(before, refused) + 1);
   EXPECT_EQ(MetricValue(after, served), MetricValue(before, served) + 1);
+  EXPECT_EQ(MetricValue(after, as_v1), MetricValue(before, as_v1));
 }
 
 // --- lifecycle, each on its own server ------------------------------------------------------
