@@ -54,44 +54,27 @@ constexpr int kTrainedDepth = 4;  // tiny models: L = 4, steps 1..8
 fs::path MakeRepository() {
   const fs::path repo = testing::CopyToTemp(ODESERVE_TEST_REPOSITORY, "e2e-repo");
   fs::remove(repo / ".stamp");
-  fs::copy(repo / "tiny-albert", repo / "slow-queue", fs::copy_options::recursive);
-  testing::EditConfig(repo / "slow-queue", "name: \"tiny-albert\"", "name: \"slow-queue\"");
   // Waits for company even when idle, so every test sees the 1 s wait whatever ran on it before
   // (an idle model otherwise starts a call at once after a lone batch).
-  testing::EditConfig(repo / "slow-queue", "max_queue_delay_us: 1000",
-                      "max_queue_delay_us: 1000000\n  queue_delay_when_idle: true");
-  testing::EditConfig(repo / "slow-queue", "max_queue_size: 64", "max_queue_size: 2");
-  fs::copy(repo / "tiny-albert", repo / "padded-albert", fs::copy_options::recursive);
-  testing::EditConfig(repo / "padded-albert", "name: \"tiny-albert\"", "name: \"padded-albert\"");
-  testing::EditConfig(repo / "padded-albert", "max_queue_size: 64", "max_queue_size: 64\n  pad_to_multiple: 8");
-  fs::copy(repo / "tiny-albert", repo / "bf16-albert", fs::copy_options::recursive);
-  testing::EditConfig(repo / "bf16-albert", "name: \"tiny-albert\"", "name: \"bf16-albert\"\ncompute_precision: BFLOAT16");
-  fs::copy(repo / "tiny-albert", repo / "tolerant-albert", fs::copy_options::recursive);
-  testing::EditConfig(repo / "tolerant-albert", "name: \"tiny-albert\"", "name: \"tolerant-albert\"\nquality_tolerance: 0.2");
-  fs::copy(repo / "tiny-classifier", repo / "broken-classifier", fs::copy_options::recursive);
-  testing::EditConfig(repo / "broken-classifier", "name: \"tiny-classifier\"", "name: \"broken-classifier\"");
-  testing::EditConfig(repo / "broken-classifier", "trained_depth: 4", "trained_depth: 0");
+  testing::CopyModel(repo, "tiny-albert", "slow-queue",
+                     {{"max_queue_delay_us: 1000", "max_queue_delay_us: 1000000\n  queue_delay_when_idle: true"},
+                      {"max_queue_size: 64", "max_queue_size: 2"}});
+  testing::CopyModel(repo, "tiny-albert", "padded-albert",
+                     {{"max_queue_size: 64", "max_queue_size: 64\n  pad_to_multiple: 8"}});
+  testing::CopyModel(repo, "tiny-albert", "bf16-albert",
+                     {{"name: \"bf16-albert\"", "name: \"bf16-albert\"\ncompute_precision: BFLOAT16"}});
+  testing::CopyModel(repo, "tiny-albert", "tolerant-albert",
+                     {{"name: \"tolerant-albert\"", "name: \"tolerant-albert\"\nquality_tolerance: 0.2"}});
+  testing::CopyModel(repo, "tiny-classifier", "broken-classifier", {{"trained_depth: 4", "trained_depth: 0"}});
   return repo;
 }
 
 class ServerTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    repository_ = new fs::path(MakeRepository());
-    server_ = new testing::ServerProcess(ODESERVE_BINARY, *repository_);
-    ASSERT_TRUE(server_->ok()) << server_->log();
-  }
-  static void TearDownTestSuite() {
-    if (server_ != nullptr) {
-      EXPECT_EQ(server_->Terminate(), 0) << server_->log();
-      delete server_;
-    }
-    std::error_code ec;
-    if (repository_ != nullptr) fs::remove_all(*repository_, ec);
-    delete repository_;
-  }
+  static void SetUpTestSuite() { server_.Start(ODESERVE_BINARY, MakeRepository()); }
+  static void TearDownTestSuite() { server_.Stop(); }
   void SetUp() override {
-    ASSERT_TRUE(server_ != nullptr && server_->ok());
+    ASSERT_TRUE(server_.ok());
     stub_ = server_->stub();
   }
 
@@ -130,13 +113,11 @@ class ServerTest : public ::testing::Test {
     EXPECT_EQ(response.embeddings_size(), 1);
   }
 
-  static fs::path* repository_;
-  static testing::ServerProcess* server_;
+  static testing::SuiteServer server_;
   std::unique_ptr<v1::Inference::Stub> stub_;
 };
 
-fs::path* ServerTest::repository_ = nullptr;
-testing::ServerProcess* ServerTest::server_ = nullptr;
+testing::SuiteServer ServerTest::server_;
 
 TEST_F(ServerTest, EmbedEveryFamilyReportsRequestedStepsAndSolver) {
   for (const std::string model : {"tiny-albert", "tiny-sharebert", "tiny-eelbert"}) {

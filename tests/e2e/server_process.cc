@@ -1,5 +1,7 @@
 #include "tests/e2e/server_process.h"
 
+#include <gtest/gtest.h>
+
 #include <arpa/inet.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -46,6 +48,28 @@ void EditConfig(const fs::path& model_dir, const std::string& from, const std::s
   if (at == std::string::npos) throw std::runtime_error("'" + from + "' not in " + file.string());
   text.replace(at, from.size(), to);
   std::ofstream(file) << text;
+}
+
+void CopyModel(const fs::path& repository, const std::string& from, const std::string& to,
+               const std::vector<std::pair<std::string, std::string>>& edits) {
+  fs::copy(repository / from, repository / to, fs::copy_options::recursive);
+  EditConfig(repository / to, "name: \"" + from + "\"", "name: \"" + to + "\"");
+  for (const auto& [before, after] : edits) EditConfig(repository / to, before, after);
+}
+
+void SuiteServer::Start(const std::string& binary, fs::path repository) {
+  repository_ = std::move(repository);
+  server_ = std::make_unique<ServerProcess>(binary, repository_);
+  ASSERT_TRUE(server_->ok()) << server_->log();
+}
+
+void SuiteServer::Stop() {
+  if (server_ != nullptr) {
+    EXPECT_EQ(server_->Terminate(), 0) << server_->log();
+    server_.reset();
+  }
+  std::error_code ec;
+  if (!repository_.empty()) fs::remove_all(repository_, ec);
 }
 
 ServerProcess::ServerProcess(const std::string& binary, const fs::path& repository,

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -53,5 +54,24 @@ std::filesystem::path CopyToTemp(const std::filesystem::path& from, const std::s
 
 /// Rewrites `model_dir/config.pbtxt` by replacing `from` with `to` (must occur).
 void EditConfig(const std::filesystem::path& model_dir, const std::string& from, const std::string& to);
+
+/// Copies the model folder `from` of `repository` to a new model `to` (its config's name
+/// changed), then applies each (from, to) replacement of `edits` to the copy's config.pbtxt.
+void CopyModel(const std::filesystem::path& repository, const std::string& from, const std::string& to,
+               const std::vector<std::pair<std::string, std::string>>& edits = {});
+
+/// One server shared by a test suite: Start() in SetUpTestSuite, Stop() in TearDownTestSuite,
+/// which checks that the server drains and exits 0 and deletes the repository it was given.
+class SuiteServer {
+ public:
+  void Start(const std::string& binary, std::filesystem::path repository);
+  void Stop();
+  bool ok() const { return server_ != nullptr && server_->ok(); }
+  ServerProcess* operator->() const { return server_.get(); }
+
+ private:
+  std::filesystem::path repository_;
+  std::unique_ptr<ServerProcess> server_;
+};
 
 }  // namespace odeserve::testing
