@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,7 +22,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMaxRequestBytes = 16 * 1024;
-constexpr size_t kMaxConnections = 64;  // more wait in the listen backlog
+// Connections held at once: at most this, and at most a quarter of the soft RLIMIT_NOFILE (the
+// rest is gRPC's, whose listener dies on an accept that finds no descriptor), at least
+// kMinConnections. When the table is full a new connection takes the place of the oldest one
+// that has been answered, else of the oldest that has not sent a whole request (a stalled client),
+// else of the oldest being written to: a scrape sends its whole request at once and is answered
+// in the wake-up that accepts it, so stalled clients cannot keep it waiting however many they are.
+constexpr size_t kMaxConnections = 1024;
+constexpr size_t kMinConnections = 16;
+// Responses being written at once (each holds a rendered body): a request completed when this
+// many are being written cuts the oldest of them off.
+constexpr size_t kMaxWriting = 64;
+// The kernel caps it at net.core.somaxconn; the loop drains it on every wake-up.
+constexpr int kListenBacklog = 4096;
 // Deadlines for a whole request head and a whole response: per-recv timeouts would let a client
 // that sends a byte a second hold its connection (and, served in turn, every scrape) for hours.
 constexpr auto kRequestDeadline = std::chrono::seconds(2);
@@ -63,7 +76,7 @@ absl::Status HttpExposer::Start(const std::string& host, int port) {
     if (fd < 0) continue;
     const int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 64) == 0) {
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, kListenBacklog) == 0) {
       listen_fd_ = fd;
       break;
     }
@@ -79,6 +92,10 @@ absl::Status HttpExposer::Start(const std::string& host, int port) {
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &length);
   port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                              : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  max_connections_ = kMaxConnections;
+  if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
+    max_connections_ = std::clamp<size_t>(static_cast<size_t>(files.rlim_cur / 4), kMinConnections, kMaxConnections);
+  }
   thread_ = std::thread([this] {
     NameCurrentThread("metrics-http");
     Serve();
@@ -94,13 +111,15 @@ void HttpExposer::Stop() {
 }
 
 struct HttpExposer::Connection {
-  enum class Phase { kReading, kWriting, kLingering };
+  enum class Phase { kFree, kReading, kWriting, kLingering };
   int fd = -1;
   Clock::time_point deadline;
-  Phase phase = Phase::kReading;
+  Phase phase = Phase::kFree;
   std::string request;
   std::string response;  // set once the request head is complete
   size_t sent = 0;
+  int prev = -1;  // neighbours in its phase's queue (slot indexes, -1: none)
+  int next = -1;
 };
 
 namespace {
@@ -120,12 +139,57 @@ bool SendSome(int fd, const std::string& data, size_t& sent) {
 }  // namespace
 
 void HttpExposer::Serve() {
-  std::vector<Connection> connections;
-  std::vector<pollfd> polled;
   using Phase = Connection::Phase;
+  // A fixed table of slots, and per phase a queue of its connections, oldest first. Everyone in a
+  // phase got the same deadline on entering it, so the oldest is also the first to expire: expiry
+  // and eviction look only at the fronts (O(1) per connection).
+  std::vector<Connection> slots(max_connections_);
+  std::vector<int> free_slots;
+  for (size_t i = slots.size(); i-- > 0;) free_slots.push_back(static_cast<int>(i));
+  struct Queue {
+    int head = -1;
+    int tail = -1;
+    size_t size = 0;
+  };
+  Queue queues[4];  // by Phase; kFree's is unused
+  auto queue_of = [&](Phase phase) -> Queue& { return queues[static_cast<int>(phase)]; };
+  auto unlink = [&](int i) {
+    Connection& c = slots[i];
+    if (c.phase == Phase::kFree) return;
+    Queue& q = queue_of(c.phase);
+    (c.prev >= 0 ? slots[c.prev].next : q.head) = c.next;
+    (c.next >= 0 ? slots[c.next].prev : q.tail) = c.prev;
+    c.prev = c.next = -1;
+    --q.size;
+  };
+  // Moves slot `i` to the back of `phase`'s queue with a deadline `budget` from `now`.
+  auto enter = [&](int i, Phase phase, Clock::duration budget, Clock::time_point now) {
+    unlink(i);
+    Connection& c = slots[i];
+    Queue& q = queue_of(phase);
+    c.phase = phase;
+    c.deadline = now + budget;
+    c.prev = q.tail;
+    c.next = -1;
+    (q.tail >= 0 ? slots[q.tail].next : q.head) = i;
+    q.tail = i;
+    ++q.size;
+  };
+  auto release = [&](int i) {
+    Connection& c = slots[i];
+    unlink(i);
+    ::close(c.fd);
+    c.fd = -1;
+    c.phase = Phase::kFree;
+    std::string().swap(c.request);  // give the memory back, not just the length
+    std::string().swap(c.response);
+    c.sent = 0;
+    free_slots.push_back(i);
+  };
   // Reads what has arrived, answers a complete head, writes what the socket takes, then reads
   // and drops input until the client closes; false once the connection should close.
-  auto advance = [this](Connection& c) {
+  auto advance = [&](int i, Clock::time_point now) {
+    Connection& c = slots[i];
     char buffer[4096];
     if (c.phase != Phase::kWriting) {
       const ssize_t n = ::recv(c.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
@@ -134,18 +198,22 @@ void HttpExposer::Serve() {
       if (c.phase == Phase::kLingering) return true;
       c.request.append(buffer, static_cast<size_t>(n));
       if (c.request.find("\r\n\r\n") == std::string::npos && c.request.size() < kMaxRequestBytes) return true;
+      if (queue_of(Phase::kWriting).size >= kMaxWriting) release(queue_of(Phase::kWriting).head);
       c.response = Respond(c.request);
-      c.phase = Phase::kWriting;
-      c.deadline = Clock::now() + kResponseDeadline;
+      std::string().swap(c.request);
+      enter(i, Phase::kWriting, kResponseDeadline, now);
     }
     if (SendSome(c.fd, c.response, c.sent)) return true;
     if (c.sent < c.response.size()) return false;  // the send failed
+    std::string().swap(c.response);
     ::shutdown(c.fd, SHUT_WR);
-    c.phase = Phase::kLingering;
-    c.deadline = Clock::now() + kLingerDeadline;
+    enter(i, Phase::kLingering, kLingerDeadline, now);
     return true;
   };
+  std::vector<pollfd> polled;
+  std::vector<int> polled_slots;  // polled[k + 1] is slots[polled_slots[k]]
   Clock::time_point accept_paused_until;
+  constexpr Phase kActive[] = {Phase::kReading, Phase::kWriting, Phase::kLingering};
   while (!stopping_.load()) {
     const auto now = Clock::now();
     int timeout_ms = kStopPollMs;
@@ -155,39 +223,63 @@ void HttpExposer::Serve() {
       timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, timeout_ms));
     };
     polled.clear();
-    const bool accepting = connections.size() < kMaxConnections && now >= accept_paused_until;
+    polled_slots.clear();
+    // A full table does not stop accepting: a new connection evicts an old one.
+    const bool accepting = now >= accept_paused_until;
     polled.push_back({listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
-    if (now < accept_paused_until) wake_by(accept_paused_until);
-    for (const Connection& c : connections) {
-      polled.push_back({c.fd, static_cast<short>(c.phase == Phase::kWriting ? POLLOUT : POLLIN), 0});
-      wake_by(c.deadline);
+    if (!accepting) wake_by(accept_paused_until);
+    for (const Phase phase : kActive) {
+      const Queue& q = queue_of(phase);
+      if (q.head >= 0) wake_by(slots[q.head].deadline);
+      for (int i = q.head; i >= 0; i = slots[i].next) {
+        polled.push_back({slots[i].fd, static_cast<short>(phase == Phase::kWriting ? POLLOUT : POLLIN), 0});
+        polled_slots.push_back(i);
+      }
     }
     const int ready = ::poll(polled.data(), polled.size(), timeout_ms);
     const auto after = Clock::now();
-    for (size_t i = 0; i < connections.size(); ++i) {
-      Connection& c = connections[i];
-      const bool open = ready > 0 && polled[i + 1].revents != 0 ? advance(c) : after < c.deadline;
-      if (!open || after >= c.deadline) {
-        ::close(c.fd);
-        c.fd = -1;
+    if (ready > 0) {
+      for (size_t k = 0; k < polled_slots.size(); ++k) {
+        const int i = polled_slots[k];
+        // A slot closed earlier in this pass (a writer cut off by kMaxWriting) is skipped.
+        if (polled[k + 1].revents == 0 || slots[i].fd != polled[k + 1].fd) continue;
+        if (!advance(i, after)) release(i);
       }
     }
-    connections.erase(std::remove_if(connections.begin(), connections.end(),
-                                     [](const Connection& c) { return c.fd < 0; }),
-                      connections.end());
+    for (const Phase phase : kActive) {
+      for (Queue& q = queue_of(phase); q.head >= 0 && after >= slots[q.head].deadline;) release(q.head);
+    }
     if (ready > 0 && (polled[0].revents & POLLIN) != 0) {
-      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd >= 0) {
-        Connection c;
-        c.fd = fd;
-        c.deadline = after + kRequestDeadline;
-        connections.push_back(std::move(c));
-      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
-        accept_paused_until = after + kAcceptBackoff;  // out of descriptors (EMFILE, ENFILE, ...)
+      // Everything pending, not one per wake-up: behind a flood of stalled connections a scrape
+      // would wait its turn in the backlog. Bounded, so a flood cannot starve the others.
+      for (size_t accepted = 0; accepted < max_connections_;) {
+        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+          if (errno == EINTR || errno == ECONNABORTED) continue;
+          if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            accept_paused_until = after + kAcceptBackoff;  // out of descriptors (EMFILE, ENFILE, ...)
+          }
+          break;
+        }
+        ++accepted;
+        if (free_slots.empty()) {
+          const Queue& answered = queue_of(Phase::kLingering);
+          const Queue& stalled = queue_of(Phase::kReading);
+          release(answered.head >= 0 ? answered.head
+                                     : stalled.head >= 0 ? stalled.head : queue_of(Phase::kWriting).head);
+        }
+        const int i = free_slots.back();
+        free_slots.pop_back();
+        slots[i].fd = fd;
+        enter(i, Phase::kReading, kRequestDeadline, after);
+        // A scrape's request has usually arrived by now: answer it in this pass.
+        if (!advance(i, after)) release(i);
       }
     }
   }
-  for (const Connection& c : connections) ::close(c.fd);
+  for (const Connection& c : slots) {
+    if (c.fd >= 0) ::close(c.fd);
+  }
 }
 
 std::string HttpExposer::Respond(const std::string& request) {

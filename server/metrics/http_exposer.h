@@ -4,7 +4,10 @@
 // stack that LibTorch's large static TLS no longer fits ("Cannot create threads"). Scrapes are
 // rare and tiny, so one thread multiplexes every connection with poll(): each has one deadline
 // for its whole request and one for its whole response, so a client that trickles bytes or
-// stops reading is cut off without delaying anyone else's scrape.
+// stops reading is cut off without delaying anyone else's scrape. Every wake-up accepts all the
+// connections pending and reads each at once; when the table is full the oldest connection that
+// has not sent a whole request makes room, so stalled clients (slowloris), however many, never
+// keep a scrape, which sends its request in one go, waiting. Limits: docs/LIMITS.md.
 
 #include <atomic>
 #include <functional>
@@ -35,6 +38,7 @@ class HttpExposer {
   std::function<std::string()> render_;
   int listen_fd_ = -1;
   int port_ = 0;
+  size_t max_connections_ = 0;  // set by Start() from RLIMIT_NOFILE
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
