@@ -15,7 +15,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/lib/bench_report.h"
-#include "client/lib/health_codec.h"
 #include "client/lib/input_lines.h"
 #include "client/lib/json_writer.h"
 #include "client/lib/status_macros.h"
@@ -387,7 +386,7 @@ int Health(Env& env, grpc::Channel& channel, const std::vector<std::string>& ope
     env.out << (service.empty() ? "(server)" : service) << ": " << HealthStatusName(*status)
             << "\n";
   }
-  return *status == 1 ? kExitOk : kExitNotServing;
+  return *status == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk : kExitNotServing;
 }
 
 }  // namespace

@@ -3,18 +3,15 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <sstream>
 
 #include <grpcpp/create_channel.h>
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
-#include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/channel_arguments.h>
 
 #include "absl/strings/str_cat.h"
-#include "client/lib/health_codec.h"
 #include "client/lib/status_macros.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 namespace odeserve::client {
 
@@ -113,26 +110,22 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-absl::StatusOr<int> CheckHealth(grpc::Channel& channel, const ConnectionOptions& options,
-                                const std::string& service, absl::Duration timeout) {
+absl::StatusOr<HealthStatus> CheckHealth(grpc::Channel& channel, const ConnectionOptions& options,
+                                         const std::string& service, absl::Duration timeout) {
   std::shared_ptr<grpc::Channel> shared(&channel, [](grpc::Channel*) {});
-  grpc::GenericStub stub(shared);
+  auto stub = grpc::health::v1::Health::NewStub(shared);
   grpc::ClientContext context;
   PrepareContext(context, options, timeout);
-  const std::string encoded = EncodeHealthCheckRequest(service);
-  grpc::Slice slice(encoded);
-  grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                 &response, [&done](grpc::Status s) { done.set_value(std::move(s)); });
-  const grpc::Status status = done.get_future().get();
-  OC_RETURN_IF_ERROR(FromGrpc(status));
-  std::vector<grpc::Slice> slices;
-  if (!response.Dump(&slices).ok()) return absl::DataLossError("unreadable health response");
-  std::string bytes;
-  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return DecodeHealthCheckResponse(bytes);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  OC_RETURN_IF_ERROR(FromGrpc(stub->Check(&context, request, &response)));
+  return response.status();
+}
+
+std::string HealthStatusName(HealthStatus status) {
+  const std::string& name = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(status);
+  return name.empty() ? absl::StrCat("STATUS_", static_cast<int>(status)) : name;
 }
 
 }  // namespace odeserve::client

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "grpc/health/v1/health.pb.h"
 
 namespace odeserve::client {
 
@@ -50,9 +51,14 @@ void PrepareContext(grpc::ClientContext& context, const ConnectionOptions& optio
 /// gRPC status -> absl::Status (same code, same message).
 absl::Status FromGrpc(const grpc::Status& status);
 
+using HealthStatus = grpc::health::v1::HealthCheckResponse::ServingStatus;
+
 /// grpc.health.v1.Health/Check for `service` ("" = the whole server); returns the
-/// HealthCheckResponse status value (1 = SERVING).
-absl::StatusOr<int> CheckHealth(grpc::Channel& channel, const ConnectionOptions& options,
-                                const std::string& service, absl::Duration timeout);
+/// HealthCheckResponse status (SERVING, NOT_SERVING, ...).
+absl::StatusOr<HealthStatus> CheckHealth(grpc::Channel& channel, const ConnectionOptions& options,
+                                         const std::string& service, absl::Duration timeout);
+
+/// The status's enum name ("SERVING", ...); "STATUS_<n>" for a value this proto does not name.
+std::string HealthStatusName(HealthStatus status);
 
 }  // namespace odeserve::client

@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 // End-to-end test of a real odeserve with a client NOT built from this repository:
-// Node's @grpc/grpc-js + @grpc/proto-loader reading proto/odeserve/v1/inference.proto, the
-// vendored grpc.health.v1 and grpc.reflection.v1alpha protos, and protobufjs to decode what
-// reflection returns.
+// Node's @grpc/grpc-js + @grpc/proto-loader reading proto/odeserve/v1/inference.proto,
+// proto/grpc/health/v1/health.proto, the vendored grpc.reflection.v1alpha proto (protos/), and
+// protobufjs to decode what reflection returns.
 //
 //   node grpc_interop.test.js --server BIN --repository DIR [--proto_root DIR] [--log FILE]
 //
