@@ -35,7 +35,17 @@ LoadFn LoadShim(std::string* error) {
     std::string tried;
     for (const auto& path : ShimCandidates()) {
       if (access(path.c_str(), R_OK) != 0) continue;
-      void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      constexpr int kFlags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+      // The sanitizers' dlopen interceptor dies on RTLD_DEEPBIND (google/sanitizers#611: a
+      // deep-bound library may bind malloc & co. to libc's instead of the sanitizer's). Built
+      // with -fsanitize, the shim lists the sanitizer runtime as its first dependency, so it heads
+      // the deep-bind scope and those symbols still resolve to the runtime's. dlmopen into the
+      // base namespace is dlopen without that interceptor.
+      void* handle = dlmopen(LM_ID_BASE, path.c_str(), kFlags);
+#else
+      void* handle = dlopen(path.c_str(), kFlags);
+#endif
       if (handle == nullptr) {
         tried += std::string(" ") + dlerror();
         continue;
