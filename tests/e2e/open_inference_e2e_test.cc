@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "inference/grpc_predict_v2.grpc.pb.h"
+#include "tests/common/infer_parameters.h"
 #include "odeserve/v1/inference.grpc.pb.h"
 #include "tests/e2e/server_process.h"
 
@@ -45,21 +46,9 @@ fs::path MakeRepository() {
 
 // --- a v2 client's helpers, from the v2 proto alone ----------------------------------------
 
-inference::InferParameter Int(int64_t v) {
-  inference::InferParameter p;
-  p.set_int64_param(v);
-  return p;
-}
-inference::InferParameter Str(const std::string& v) {
-  inference::InferParameter p;
-  p.set_string_param(v);
-  return p;
-}
-inference::InferParameter Bool(bool v) {
-  inference::InferParameter p;
-  p.set_bool_param(v);
-  return p;
-}
+using testing::Bool;
+using testing::Int;
+using testing::Str;
 
 // A `text` tensor in contents.bytes_contents.
 inference::ModelInferRequest TextRequest(const std::string& model, const std::vector<std::string>& texts) {

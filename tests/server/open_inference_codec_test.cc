@@ -10,6 +10,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "tests/common/infer_parameters.h"
+
 namespace odeserve::rpc::oip {
 namespace {
 
@@ -47,26 +49,10 @@ inference::ModelInferRequest RawTextRequest(const std::vector<std::string>& text
   return request;
 }
 
-inference::InferParameter Int(int64_t v) {
-  inference::InferParameter p;
-  p.set_int64_param(v);
-  return p;
-}
-inference::InferParameter Str(const std::string& v) {
-  inference::InferParameter p;
-  p.set_string_param(v);
-  return p;
-}
-inference::InferParameter Bool(bool v) {
-  inference::InferParameter p;
-  p.set_bool_param(v);
-  return p;
-}
-inference::InferParameter Double(double v) {
-  inference::InferParameter p;
-  p.set_double_param(v);
-  return p;
-}
+using odeserve::testing::Bool;
+using odeserve::testing::Double;
+using odeserve::testing::Int;
+using odeserve::testing::Str;
 
 void ExpectInvalid(const absl::Status& status, const std::string& part) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
