@@ -7,6 +7,7 @@
 
 #include "absl/time/time.h"
 #include "server/rpc/status_mapping.h"
+#include "server/rpc/unary_call.h"
 
 namespace odeserve::rpc {
 
@@ -16,12 +17,9 @@ grpc::ServerUnaryReactor* InferenceService::Async(CoreMethod method, const char*
                                                   grpc::CallbackServerContext* context,
                                                   const Request* request, Response* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (auth_ != nullptr) {
-    if (auto status = auth_->Check(*context); !status.ok()) {
-      core_->RecordServerCall(name, status);
-      reactor->Finish(ToGrpcStatus(status));
-      return reactor;
-    }
+  if (auto status = Authorize(auth_, *context, core_, name); !status.ok()) {
+    reactor->Finish(ToGrpcStatus(status));
+    return reactor;
   }
   (core_->*method)(MakeCallContext(context), *request, response,
                    [reactor](absl::Status status) { reactor->Finish(ToGrpcStatus(status)); });
@@ -32,15 +30,8 @@ template <typename Request, typename Response, typename CoreMethod>
 grpc::ServerUnaryReactor* InferenceService::Sync(CoreMethod method, const char* name,
                                                  grpc::CallbackServerContext* context,
                                                  const Request* request, Response* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const absl::Time received = absl::Now();
-  absl::Status status = auth_ != nullptr ? auth_->Check(*context) : absl::OkStatus();
-  if (status.ok()) {
-    status = (core_->*method)(*request, response);
-  }
-  core_->RecordServerCall(name, status, absl::Now() - received);
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return AnswerNow(context, auth_, /*authenticate=*/true, core_, name,
+                   [&] { return (core_->*method)(*request, response); });
 }
 
 core::CallContext MakeCallContext(grpc::CallbackServerContext* context) {
@@ -135,12 +126,9 @@ class TranslateStreamReactor : public grpc::ServerWriteReactor<v1::TranslateStre
 grpc::ServerWriteReactor<v1::TranslateStreamResponse>* InferenceService::TranslateStream(
     grpc::CallbackServerContext* context, const v1::TranslateRequest* request) {
   auto* reactor = new TranslateStreamReactor();
-  if (auth_ != nullptr) {
-    if (auto status = auth_->Check(*context); !status.ok()) {
-      core_->RecordServerCall("TranslateStream", status);
-      reactor->FinishWith(ToGrpcStatus(status));
-      return reactor;
-    }
+  if (auto status = Authorize(auth_, *context, core_, "TranslateStream"); !status.ok()) {
+    reactor->FinishWith(ToGrpcStatus(status));
+    return reactor;
   }
   core_->TranslateStream(
       MakeCallContext(context), *request,

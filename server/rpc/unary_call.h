@@ -1,7 +1,7 @@
 #pragma once
 // What every unary handler does the same way, whatever its service: the bearer-token check and
-// answering on the RPC thread with the call counted once and its status mapped once.
-// (odeserve.v1's InferenceService::Sync/Async do the same inline and could call these.)
+// answering on the RPC thread with the call counted once and its status mapped once. Used by
+// odeserve.v1's InferenceService and the Open Inference service alike.
 
 #include <grpcpp/grpcpp.h>
 
