@@ -36,10 +36,6 @@ class InferenceService final : public v1::Inference::CallbackService {
   // `name`: the method's label in the request metrics (calls refused by auth are counted too).
   grpc::ServerUnaryReactor* Async(CoreMethod method, const char* name, grpc::CallbackServerContext* context,
                                   const Request* request, Response* response);
-  /// Metadata calls (ListModels, GetModel): answered on the RPC thread, counted like the others.
-  template <typename Request, typename Response, typename CoreMethod>
-  grpc::ServerUnaryReactor* Sync(CoreMethod method, const char* name, grpc::CallbackServerContext* context,
-                                 const Request* request, Response* response);
 
   core::InferenceCore* const core_;
   const BearerTokenAuth* const auth_;
