@@ -13,7 +13,9 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -32,6 +34,7 @@
 #include "server/metrics/metrics.h"
 #include "server/rpc/inference_service.h"
 #include "server/rpc/listener_watchdog.h"
+#include "server/rpc/malformed_request.h"
 #include "server/rpc/open_inference_service.h"
 #include "server/rpc/security.h"
 #include "server/runtime/allocator.h"
@@ -77,6 +80,10 @@ ABSL_FLAG(int64_t, max_text_bytes, 65536,
           "The most bytes of one input any model reads; each model's own limit is 32 bytes per token "
           "of its max_sequence_length, within this. Longer inputs are refused (truncate=false) or cut "
           "there before tokenizing (truncate=true). docs/LIMITS.md.");
+ABSL_FLAG(int64_t, max_call_work, 1000000,
+          "The most token field evaluations one call may cost (input tokens x encoder field "
+          "evaluations, plus inputs x beam x output positions x decoder steps for translation); "
+          "a call over it is refused with INVALID_ARGUMENT before it is queued. docs/LIMITS.md.");
 ABSL_FLAG(int64_t, max_request_bytes, 4 << 20,
           "The largest request message gRPC receives (RESOURCE_EXHAUSTED above it, before parsing).");
 ABSL_FLAG(int, max_concurrent_streams, 1024,
@@ -159,12 +166,17 @@ int Run() {
                           max_request_bytes, ") in [1, ", std::numeric_limits<int>::max(), "]"));
     return 1;
   }
+  const int64_t max_call_work = absl::GetFlag(FLAGS_max_call_work);
+  if (max_call_work < 1) {
+    LogError(absl::StrCat("--max_call_work must be >= 1, got ", max_call_work));
+    return 1;
+  }
 
   std::filesystem::path repository = absl::GetFlag(FLAGS_model_repository);
   if (repository.empty()) repository = DefaultRepository();
   core::ModelManager models({repository, absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_slots),
                              absl::GetFlag(FLAGS_calibrate), &metrics});
-  core::InferenceCore inference(&models, &metrics, {budget_reserve, max_text_bytes});
+  core::InferenceCore inference(&models, &metrics, {budget_reserve, max_text_bytes, max_call_work});
   std::unique_ptr<rpc::BearerTokenAuth> auth;
   if (const std::string tokens = absl::GetFlag(FLAGS_auth_tokens_file); !tokens.empty()) {
     auto loaded = rpc::BearerTokenAuth::FromFile(tokens);
@@ -196,6 +208,12 @@ int Run() {
   builder.SetMaxReceiveMessageSize(static_cast<int>(max_request_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, absl::GetFlag(FLAGS_max_concurrent_streams));
   builder.RegisterService(&service);
+  // Requests gRPC cannot parse get INVALID_ARGUMENT naming the problem, counted, with
+  // libprotobuf's log lines bounded (gRPC alone answers UNIMPLEMENTED, uncounted).
+  rpc::InstallProtobufLogHandler();
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(rpc::MakeMalformedRequestInterceptorFactory(&inference));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   // Open Inference Protocol (KServe v2) on the same port, through the same core: docs/OPEN_INFERENCE.md.
   rpc::OpenInferenceService open_inference(&inference, auth.get(), ODESERVE_VERSION);
   builder.RegisterService(&open_inference);

@@ -10,6 +10,7 @@
 #include "google/protobuf/util/time_util.h"
 #include "server/common/status_macros.h"
 #include "server/core/input_limits.h"
+#include "server/core/work_limit.h"
 #include "server/repository/model_config.h"
 #include "server/tokenizer/ngram_hash.h"
 
@@ -333,6 +334,7 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
   plan_request.miss_policy = compute.on_budget_miss() == v1::REFUSE ? scheduler::MissPolicy::kRefuse
                                                                      : scheduler::MissPolicy::kServeFloor;
   scheduler::DecodeSpec decode_spec;
+  int max_output = 0;
   if (decode != nullptr) {
     const auto& t = s.config.translation();
     decode_spec.beam_size = std::max(1, decode->beam_size);
@@ -341,9 +343,9 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
         static_cast<float>(decode->length_penalty > 0 ? decode->length_penalty : t.length_penalty());
     // The decoder runs until the longest row stops: expect its measured output length.
     const int longest_source = static_cast<int>(longest);
-    const int max_output = decode->max_output_tokens > 0
-                               ? decode->max_output_tokens
-                               : scheduler::DefaultMaxOutputTokens(longest_source, t.max_output_tokens());
+    max_output = decode->max_output_tokens > 0
+                     ? decode->max_output_tokens
+                     : scheduler::DefaultMaxOutputTokens(longest_source, t.max_output_tokens());
     plan_request.decoder_steps = compute.decoder_steps();
     plan_request.beam_size = decode_spec.beam_size;
     plan_request.expected_output_tokens = std::clamp(
@@ -359,6 +361,15 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
         absl::FormatDuration(options_.budget_reserve), ", kept for the time outside the server")));
   }
   const scheduler::Plan plan = *plan_or;
+  CallShape shape;
+  shape.tokens = tokens;
+  shape.encoder_field_evaluations = plan.steps * scheduler::EvaluationsPerStep(plan.solver);
+  if (decode != nullptr) {
+    shape.hypotheses = int64_t{plan_request.rows} * decode_spec.beam_size;
+    shape.max_output_tokens = max_output;
+    shape.decoder_field_evaluations = plan.decoder_steps;  // the decoder integrates with Euler
+  }
+  if (auto status = CheckCallWork(shape, options_.max_call_work, model); !status.ok()) return done(status);
 
   if (decode != nullptr) {
     decode_spec.decoder_steps = plan.decoder_steps;

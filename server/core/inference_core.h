@@ -38,6 +38,8 @@ struct InferenceOptions {
   /// The most bytes of one input any model reads (--max_text_bytes); each model's own limit is
   /// kTextBytesPerToken x its max_sequence_length, within this (server/core/input_limits.h).
   int64_t max_text_bytes = 65536;
+  /// The most token field evaluations one call may cost (--max_call_work; server/core/work_limit.h).
+  int64_t max_call_work = 1000000;
 };
 
 class InferenceCore {

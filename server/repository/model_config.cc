@@ -29,7 +29,9 @@ constexpr int kMaxStepsLimit = 1024;
 // Upper bounds that keep one mistyped number from exhausting memory at load: the hashed
 // tokenizer precomputes vocabulary x dim features, and the warm-up builds max_batch_size rows.
 constexpr int kMaxHashDim = 4096;
-constexpr int kMaxBatchSizeLimit = 4096;
+constexpr int kMaxBatchSizeLimit = 1024;
+// A batching delay is a wait for company; past a second it only holds every call back.
+constexpr int64_t kMaxQueueDelayUsLimit = 1000000;
 constexpr int kMaxBatchTokensLimit = 1 << 20;
 constexpr int kMaxInputsPerRequestLimit = 65536;
 
@@ -80,8 +82,8 @@ absl::Status CheckStepRange(const fs::path& file, const std::string& field,
 }
 
 void DefaultStepRange(v1::StepRange& range, int trained_depth) {
-  if (range.min() == 0) range.set_min(1);
-  if (range.max() == 0) range.set_max(std::max(trained_depth, range.min()));
+  if (!range.has_min()) range.set_min(1);
+  if (!range.has_max()) range.set_max(std::max(trained_depth, range.min()));
 }
 
 }  // namespace
@@ -229,7 +231,10 @@ absl::Status ValidateModelConfig(const ModelConfig& config, const fs::path& mode
                       absl::StrCat("must be in [max_sequence_length (", config.max_sequence_length(), ") so one full input fits, ",
                                    kMaxBatchTokensLimit, "], got ", batching.max_batch_tokens()));
   }
-  if (batching.max_queue_delay_us() < 0) return FieldError(file, "batching.max_queue_delay_us", "must be >= 0");
+  if (batching.max_queue_delay_us() < 0 || batching.max_queue_delay_us() > kMaxQueueDelayUsLimit) {
+    return FieldError(file, "batching.max_queue_delay_us",
+                      absl::StrCat("must be in [0, ", kMaxQueueDelayUsLimit, "], got ", batching.max_queue_delay_us()));
+  }
   if (batching.max_queue_size() < 1) return FieldError(file, "batching.max_queue_size", absl::StrCat("must be >= 1, got ", batching.max_queue_size()));
   if (batching.pad_to_multiple() < 0 || batching.pad_to_multiple() > config.max_sequence_length()) {
     return FieldError(file, "batching.pad_to_multiple",

@@ -77,9 +77,11 @@ absl::Status BearerTokenAuth::Check(const grpc::ServerContextBase& context) cons
   }
   const std::string value(it->second.data(), it->second.size());
   absl::string_view token = value;
-  if (!absl::ConsumePrefix(&token, "Bearer ")) {
+  // RFC 7235: the scheme is case-insensitive ("bearer", "BEARER"); the token is not.
+  if (!absl::StartsWithIgnoreCase(token, "Bearer ")) {
     return absl::UnauthenticatedError("authorization metadata must be 'Bearer <token>'");
   }
+  token.remove_prefix(7);
   bool known = false;
   for (const auto& candidate : tokens_) known |= SameToken(candidate, std::string(token));
   if (!known) return absl::UnauthenticatedError("bearer token not accepted");

@@ -154,6 +154,7 @@ void TorchExecutor::Integrate(const scheduler::ExecBatch& batch,
       mask = mask.index_select(0, index).narrow(1, 0, longest).contiguous();
       dt = dt.index_select(0, index);
     }
+    if (!active.empty()) stats.paused_seconds += scheduler::YieldBetweenSteps(batch);
     if (!join) continue;
     std::vector<scheduler::ExecRow> joined =
         join({static_cast<int>(active.size()), h.size(1), iteration});
@@ -203,7 +204,7 @@ absl::StatusOr<scheduler::ExecStats> TorchExecutor::Run(const scheduler::ExecBat
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("model execution failed: ", e.what()));
   }
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() - stats.paused_seconds;
   return stats;
 }
 

@@ -74,14 +74,16 @@ absl::StatusOr<scheduler::ExecStats> TranslationExecutor::Run(const scheduler::E
       groups[{batch.rows[r].decode.decoder_steps, batch.rows[r].decode.beam_size}].push_back(r);
     }
     const auto decoding = std::chrono::steady_clock::now();
+    const double paused_before_decoding = stats.paused_seconds;
     for (const auto& [key, rows] : groups) DecodeGroup(batch, rows, memories, on_done, abandoned, stats);
-    stats.decoder_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - decoding).count();
+    stats.decoder_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - decoding).count() -
+                            (stats.paused_seconds - paused_before_decoding);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("model execution failed: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("model execution failed: ", e.what()));
   }
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() - stats.paused_seconds;
   return stats;
 }
 
@@ -162,6 +164,7 @@ void TranslationExecutor::DecodeGroup(const scheduler::ExecBatch& batch, const s
     return std::vector<torch::Tensor>{model_->DecoderLogitsUnchecked(in[0])};
   };
   for (int64_t position = 0; !live.empty(); ++position) {
+    if (position > 0) stats.paused_seconds += scheduler::YieldBetweenSteps(batch);
     const int64_t hypotheses = static_cast<int64_t>(live.size()) * beam;
     const torch::Tensor tokens = torch::tensor(next_tokens, torch::kInt64).to(device);
     const torch::Tensor positions = torch::full({hypotheses}, position, torch::TensorOptions().dtype(torch::kInt64).device(device));

@@ -32,4 +32,8 @@ int64_t PaddedLength(int64_t longest, int pad_to_multiple, int64_t max_length) {
   return max_length > 0 ? std::max(longest, std::min(padded, max_length)) : padded;
 }
 
+double YieldBetweenSteps(const ExecBatch& batch) {
+  return batch.yield ? absl::ToDoubleSeconds(batch.yield()) : 0.0;
+}
+
 }  // namespace odeserve::scheduler

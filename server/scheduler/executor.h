@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "server/tokenizer/tokenizer.h"
 
@@ -54,7 +55,15 @@ struct ExecBatch {
   // others_waiting misses under closed-loop load: the batcher takes every queued call, so the
   // queue is empty at each start while replies and the next calls keep the RPC threads running.
   bool arrivals_during_previous_batch = false;
+  // Called between two steps, and between two decoder positions (may be empty): the scheduler
+  // lends the compute gate there to another model's batch that waits for it, so one long call
+  // cannot hold every model up. Returns how long this run waited, which the executor leaves
+  // out of ExecStats' times (the cost model learns compute, not waits).
+  std::function<absl::Duration()> yield;
 };
+
+/// Calls `batch.yield` if set; the seconds it waited.
+double YieldBetweenSteps(const ExecBatch& batch);
 
 /// What a run cost, for the cost model.
 struct ExecStats {
@@ -64,7 +73,8 @@ struct ExecStats {
   int64_t decoder_calls = 0;       // decoder field calls (positions x decoder steps, per group)
   int64_t decoder_row_evaluations = 0;  // hypothesis rows summed over those calls
   double decoder_seconds = 0;      // translation: wall time of the search (encoder excluded)
-  double seconds = 0;              // wall time of the whole run
+  double seconds = 0;              // wall time of the whole run, less paused_seconds
+  double paused_seconds = 0;       // waits in ExecBatch::yield (another model computed)
 };
 
 /// A finished row: `values` (embedding or logits) for encoders; `tokens` (without BOS/EOS)

@@ -653,8 +653,8 @@ std::vector<ModelScheduler::Slice> ModelScheduler::WithoutGoneCalls(std::vector<
 
 void ModelScheduler::RunBatch(std::vector<Slice> slices) {
   if (options_.gate) options_.gate->Acquire();
-  // The wait for the gate can be long (another model's batch): calls cancelled or expired
-  // meanwhile leave before their rows cost an input stage and a step.
+  // Other models' batches may run first (several may be queued for the gate): calls cancelled
+  // or expired meanwhile leave before their rows cost an input stage and a step.
   slices = WithoutGoneCalls(std::move(slices));
   if (slices.empty()) {
     if (options_.gate) options_.gate->Release();
@@ -780,6 +780,17 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
     return false;
   };
 
+  // Another model's batch waiting for the gate gets it at the next step boundary: this batch
+  // queues behind it (arrival order) and goes on when the slot is free again.
+  if (options_.gate) {
+    exec.yield = [gate = options_.gate.get()] {
+      if (!gate->HasWaiters()) return absl::ZeroDuration();
+      const absl::Time lent = absl::Now();
+      gate->Release();
+      gate->Acquire();
+      return absl::Now() - lent;
+    };
+  }
   last_boundary = absl::Now();
   const bool gate_waiters = options_.gate && options_.gate->HasWaiters();
   {

@@ -57,9 +57,9 @@ void CopyModel(const fs::path& repository, const std::string& from, const std::s
   for (const auto& [before, after] : edits) EditConfig(repository / to, before, after);
 }
 
-void SuiteServer::Start(const std::string& binary, fs::path repository) {
+void SuiteServer::Start(const std::string& binary, fs::path repository, std::vector<std::string> extra_flags) {
   repository_ = std::move(repository);
-  server_ = std::make_unique<ServerProcess>(binary, repository_);
+  server_ = std::make_unique<ServerProcess>(binary, repository_, std::move(extra_flags));
   ASSERT_TRUE(server_->ok()) << server_->log();
 }
 

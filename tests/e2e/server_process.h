@@ -64,7 +64,7 @@ void CopyModel(const std::filesystem::path& repository, const std::string& from,
 /// which checks that the server drains and exits 0 and deletes the repository it was given.
 class SuiteServer {
  public:
-  void Start(const std::string& binary, std::filesystem::path repository);
+  void Start(const std::string& binary, std::filesystem::path repository, std::vector<std::string> extra_flags = {});
   void Stop();
   bool ok() const { return server_ != nullptr && server_->ok(); }
   ServerProcess* operator->() const { return server_.get(); }

@@ -341,6 +341,13 @@ async function secureChecks(emb) {
     const good = new grpc.Metadata(); good.set('authorization', `Bearer ${token}`);
     const ok1 = await unary(inf, 'ListModels', {}, { metadata: good });
     check(ok1.code === grpc.status.OK, `mTLS + token ListModels: ${codeName(ok1.code)} ${ok1.details}`);
+    // RFC 7235: the scheme is case-insensitive, the token is not.
+    const lower = new grpc.Metadata(); lower.set('authorization', `bearer ${token}`);
+    const ok2 = await unary(inf, 'ListModels', {}, { metadata: lower });
+    check(ok2.code === grpc.status.OK, `mTLS + token with the scheme in lower case: ${codeName(ok2.code)} ${ok2.details}`);
+    const upperTok = new grpc.Metadata(); upperTok.set('authorization', `Bearer ${token.toUpperCase()}`);
+    const badCase = await unary(inf, 'ListModels', {}, { metadata: upperTok });
+    check(badCase.code === grpc.status.UNAUTHENTICATED, `mTLS, token in another case: ${codeName(badCase.code)} (want UNAUTHENTICATED)`);
     if (emb) {
       const e = await unary(inf, 'Embed', { model: emb.name, inputs: ['secure call'] }, { metadata: good });
       check(e.code === grpc.status.OK, `mTLS + token Embed: ${codeName(e.code)} ${e.details}`);

@@ -1138,6 +1138,44 @@ TEST(TorchExecutor, AllRowsAbandonedEndsTheRunAtOnce) {
   EXPECT_EQ(run.stats->token_evaluations, run.stats->padded_tokens);
 }
 
+// Between two steps the executor calls the scheduler's yield (which may lend the compute gate
+// to another model), once per boundary, and leaves the time it waited out of its seconds.
+TEST(TorchExecutor, YieldsBetweenStepsAndLeavesTheWaitOutOfItsSeconds) {
+  auto tiny = LoadTiny("tiny-albert");
+  ASSERT_NE(tiny, nullptr);
+  TorchExecutor executor(tiny->model, tiny->layout);
+  ExecBatch batch{scheduler::Solver::kEuler, {{&tiny->rows[0], 4, {}}, {&tiny->rows[1], 2, {}}}};
+  int yields = 0;
+  batch.yield = [&yields] {
+    ++yields;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return absl::Milliseconds(100);
+  };
+  const auto started = std::chrono::steady_clock::now();
+  RunResult run = RunBatch(executor, batch);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ASSERT_TRUE(run.stats.ok());
+  EXPECT_EQ(yields, 3) << "one per boundary with rows still running (after steps 1, 2 and 3 of 4)";
+  EXPECT_DOUBLE_EQ(run.stats->paused_seconds, 0.3);
+  EXPECT_LT(run.stats->seconds, wall - 0.29);
+}
+
+TEST_F(TranslationExecutorTest, YieldsBetweenDecoderPositionsAndLeavesTheWaitOutOfItsSeconds) {
+  const int encoder_steps = 2, steps = 2;
+  ExecBatch batch{scheduler::Solver::kEuler, {RowOf(1, encoder_steps, steps, 1, 4)}};
+  int yields = 0;
+  batch.yield = [&yields] {
+    ++yields;
+    return absl::Milliseconds(50);  // as if it had waited; the executor trusts the scheduler
+  };
+  Translated run = Translate(*executor_, batch);
+  ASSERT_TRUE(run.stats.ok());
+  // One between the two encoder steps, then one before each decoder position after the first.
+  const int positions = static_cast<int>(run.stats->decoder_calls / steps);
+  EXPECT_EQ(yields, 1 + (positions - 1));
+  EXPECT_DOUBLE_EQ(run.stats->paused_seconds, 0.05 * yields);
+}
+
 TEST(TorchExecutor, EmptyBatchCostsNothing) {
   auto tiny = LoadTiny("tiny-albert");
   ASSERT_NE(tiny, nullptr);

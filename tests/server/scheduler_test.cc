@@ -121,6 +121,12 @@ class FakeExecutor : public BatchExecutor {
         }
       }
       active.swap(kept);
+      // Like the real executors: between two steps the scheduler may lend the gate out.
+      if (!active.empty() && batch.yield) {
+        if (concurrent_ != nullptr) --*concurrent_;
+        stats.paused_seconds += absl::ToDoubleSeconds(batch.yield());
+        if (concurrent_ != nullptr) ++*concurrent_;
+      }
       if (!accept_joins_ || !join || active.empty()) continue;
       int64_t length = 0;
       for (size_t i : active) length = std::max<int64_t>(length, rows[i].input->ids.size());
@@ -135,6 +141,7 @@ class FakeExecutor : public BatchExecutor {
       }
     }
     stats.iterations = iteration;
+    paused_seconds_ = stats.paused_seconds;
     if (concurrent_ != nullptr) --*concurrent_;
     stats.seconds = synthetic_seconds_
                         ? synthetic_seconds_(static_cast<int64_t>(rows.size()), stats.padded_tokens,
@@ -143,6 +150,8 @@ class FakeExecutor : public BatchExecutor {
     return stats;
   }
   bool AcceptsJoins() const override { return accept_joins_; }
+  // Lent to other models during the last run.
+  double paused_seconds() const { return paused_seconds_.load(); }
 
   void Hold() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -178,6 +187,7 @@ class FakeExecutor : public BatchExecutor {
   bool hold_ = false;
   int runs_started_ = 0;
   std::vector<RecordedBatch> batches_;
+  std::atomic<double> paused_seconds_{0};
 };
 
 // Collects one item's completion.
@@ -800,6 +810,11 @@ TEST(ModelScheduler, ACallGoneWhileItsBatchWaitsForTheComputeGateIsNeverComputed
   auto gate = std::make_shared<ComputeGate>(1);
   SchedulerOptions options = Options();
   options.gate = gate;
+  // The batch fills with the 4 rows submitted below, so the batcher takes all of them at once
+  // however slowly this thread submits (a 1 ms wait for company let a loaded machine, or
+  // ThreadSanitizer, split them and leave a call queued behind the gate this test holds).
+  options.max_batch_size = 4;
+  options.max_queue_delay = absl::Milliseconds(500);
   auto executor = std::make_shared<FakeExecutor>();
   ModelScheduler scheduler(options, executor);
   gate->Acquire();  // another model's batch holds the only slot
@@ -834,6 +849,8 @@ TEST(ModelScheduler, ABatchWhoseCallsAllWentRunsNothingAndFreesTheGate) {
   auto gate = std::make_shared<ComputeGate>(1);
   SchedulerOptions options = Options();
   options.gate = gate;
+  options.max_batch_size = 4;  // one batch of the 4 calls below, as in the test above
+  options.max_queue_delay = absl::Milliseconds(500);
   auto executor = std::make_shared<FakeExecutor>();
   ModelScheduler scheduler(options, executor);
   gate->Acquire();
@@ -1024,6 +1041,48 @@ class BatchRecorder : public SchedulerObserver {
   std::mutex mutex_;
   std::vector<BatchObservation> batches_;
 };
+
+// One long call must not hold every model up: a batch that another model's batch waits for
+// lends it the gate at the next step boundary, and the short call finishes long before the
+// long one. The executor is told how long it waited, to leave out of its measured seconds.
+TEST(ModelScheduler, ALongBatchLendsTheComputeGateToAnotherModelBetweenSteps) {
+  auto gate = std::make_shared<ComputeGate>(1);
+  auto long_executor = std::make_shared<FakeExecutor>();
+  long_executor->per_iteration_ = std::chrono::milliseconds(10);
+  auto short_executor = std::make_shared<FakeExecutor>();
+  short_executor->per_iteration_ = std::chrono::milliseconds(200);  // the lent time to leave out
+  SchedulerOptions long_options = Options();
+  long_options.max_steps = 100;
+  long_options.gate = gate;
+  SchedulerOptions short_options = Options();
+  short_options.gate = gate;
+  ModelScheduler long_model(long_options, long_executor);
+  ModelScheduler short_model(short_options, short_executor);
+
+  Completion long_call, short_call;
+  ASSERT_TRUE(long_model.Submit(Item({Row(1, 4)}, 100, long_call)).ok());  // ~1 s of steps
+  ASSERT_TRUE(long_executor->WaitRunsStarted(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(short_model.Submit(Item({Row(2, 4)}, 1, short_call)).ok());
+  ASSERT_TRUE(short_call.Wait().ok());
+  EXPECT_FALSE(long_call.called()) << "the short call waited for the whole long batch";
+  ASSERT_TRUE(long_call.Wait().ok());
+  // The wait reaches the executor, which leaves it out of the run's seconds.
+  EXPECT_GE(long_executor->paused_seconds(), 0.15);
+}
+
+TEST(ModelScheduler, WithNobodyWaitingABatchKeepsTheGateThroughout) {
+  auto gate = std::make_shared<ComputeGate>(1);
+  auto executor = std::make_shared<FakeExecutor>();
+  SchedulerOptions options = Options();
+  options.gate = gate;
+  ModelScheduler scheduler(options, executor);
+  Completion done;
+  ASSERT_TRUE(scheduler.Submit(Item({Row(1, 4)}, 8, done)).ok());
+  const auto& result = done.Wait();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(executor->paused_seconds(), 0.0);
+}
 
 // A scheduler whose rows join running batches (the fake executor calls `join` at each step).
 struct Joining {

@@ -39,6 +39,11 @@ Run (from models/; 1 thread, lowest priority, in the background):
 
   cd models && mkdir -p work/logs && OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 nohup nice -n 19 \\
       /usr/bin/python3 -m odeserve_models train-albert --max-minutes 128 > work/logs/train_albert.out 2>&1 &
+  echo 19 > /proc/$!/autogroup   # nice alone does not yield to builds started from another session
+
+(Linux schedules each session's autogroup fairly before nice is looked at, so a job niced in
+one shell still takes a full core from a build started in another; the autogroup's own nice
+value fixes that.)
 
 Resume after an interruption (the same command with --resume; --max-minutes then counts from the
 new start, and the remaining plan of both phases is shrunk proportionally if it no longer fits;
