@@ -26,10 +26,11 @@ compile_pkgs=(
 #   python3-scipy: the evaluation baselines (models/odeserve_models/baselines.py) and their tests;
 #   python3-yaml: tests/deploy manifest checks; prometheus: promtool + the real Prometheus of
 #   tests/interop; nodejs (+ npm, see below): the independent Node gRPC client of tests/interop;
-#   openssl: the test certificates of tests/interop's mutual-TLS checks.
+#   openssl: the test certificates of tests/interop's mutual-TLS checks; clang +
+#   libclang-rt-14-dev: libFuzzer and clang's sanitizer runtimes for tests/fuzz.
 dev_pkgs=(
   python3-torch python3-sentencepiece python3-numpy python3-scipy python3-grpcio python3-protobuf
-  prometheus curl procps python3-yaml nodejs openssl
+  prometheus curl procps python3-yaml nodejs openssl clang libclang-rt-14-dev
 )
 image_tool_pkgs=(podman debootstrap uidmap fuse-overlayfs)
 

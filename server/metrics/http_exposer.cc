@@ -12,16 +12,16 @@
 #include <cstring>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/common/thread_name.h"
+#include "server/metrics/http_request.h"
 
 namespace odeserve::metrics {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr size_t kMaxRequestBytes = 16 * 1024;
+constexpr size_t kMaxRequestBytes = kMaxRequestHeadBytes;
 // Connections held at once: at most this, and at most a quarter of the soft RLIMIT_NOFILE (the
 // rest is gRPC's, whose listener dies on an accept that finds no descriptor), at least
 // kMinConnections. When the table is full a new connection takes the place of the oldest one
@@ -197,7 +197,7 @@ void HttpExposer::Serve() {
       if (n <= 0) return false;
       if (c.phase == Phase::kLingering) return true;
       c.request.append(buffer, static_cast<size_t>(n));
-      if (c.request.find("\r\n\r\n") == std::string::npos && c.request.size() < kMaxRequestBytes) return true;
+      if (!RequestHeadReady(c.request)) return true;
       if (queue_of(Phase::kWriting).size >= kMaxWriting) release(queue_of(Phase::kWriting).head);
       c.response = Respond(c.request);
       std::string().swap(c.request);
@@ -283,22 +283,21 @@ void HttpExposer::Serve() {
 }
 
 std::string HttpExposer::Respond(const std::string& request) {
-  if (request.find("\r\n\r\n") == std::string::npos) {
-    return Response("431 Request Header Fields Too Large", "text/plain",
-                    absl::StrCat("request head over ", kMaxRequestBytes, " bytes\n"));
-  }
-  const size_t line_end = request.find("\r\n");
-  const std::string line = request.substr(0, line_end);
-  if (!absl::StartsWith(line, "GET ") && !absl::StartsWith(line, "HEAD ")) {
-    return Response("405 Method Not Allowed", "text/plain", "only GET /metrics\n");
-  }
-  const size_t path_start = line.find(' ') + 1;
-  const std::string path = line.substr(path_start, line.find(' ', path_start) - path_start);
-  if (path != "/metrics" && !absl::StartsWith(path, "/metrics?")) {
-    return Response("404 Not Found", "text/plain", "see /metrics\n");
+  const MetricsRequest kind = ParseRequestHead(request);
+  switch (kind) {
+    case MetricsRequest::kHeadTooLarge:
+      return Response("431 Request Header Fields Too Large", "text/plain",
+                      absl::StrCat("request head over ", kMaxRequestBytes, " bytes\n"));
+    case MetricsRequest::kMethodNotAllowed:
+      return Response("405 Method Not Allowed", "text/plain", "only GET /metrics\n");
+    case MetricsRequest::kNotFound:
+      return Response("404 Not Found", "text/plain", "see /metrics\n");
+    case MetricsRequest::kGet:
+    case MetricsRequest::kHead:
+      break;
   }
   std::string response = Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", render_());
-  if (absl::StartsWith(line, "HEAD ")) response.resize(response.find("\r\n\r\n") + 4);
+  if (kind == MetricsRequest::kHead) response.resize(response.find("\r\n\r\n") + 4);
   return response;
 }
 

@@ -7,6 +7,15 @@
 #include <filesystem>
 #include <mutex>
 
+// GCC defines __SANITIZE_ADDRESS__ / __SANITIZE_THREAD__; clang 14 only answers __has_feature.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define ODESERVE_SANITIZED_DLOPEN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define ODESERVE_SANITIZED_DLOPEN 1
+#endif
+#endif
+
 namespace odeserve::tokenizer {
 namespace {
 
@@ -36,7 +45,7 @@ LoadFn LoadShim(std::string* error) {
     for (const auto& path : ShimCandidates()) {
       if (access(path.c_str(), R_OK) != 0) continue;
       constexpr int kFlags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef ODESERVE_SANITIZED_DLOPEN
       // The sanitizers' dlopen interceptor dies on RTLD_DEEPBIND (google/sanitizers#611: a
       // deep-bound library may bind malloc & co. to libc's instead of the sanitizer's). Built
       // with -fsanitize, the shim lists the sanitizer runtime as its first dependency, so it heads
