@@ -125,6 +125,7 @@ class FakeExecutor : public BatchExecutor {
       if (!active.empty() && batch.yield) {
         if (concurrent_ != nullptr) --*concurrent_;
         stats.paused_seconds += absl::ToDoubleSeconds(batch.yield());
+        paused_seconds_ = stats.paused_seconds;  // before a later row reports done
         if (concurrent_ != nullptr) ++*concurrent_;
       }
       if (!accept_joins_ || !join || active.empty()) continue;
@@ -141,7 +142,6 @@ class FakeExecutor : public BatchExecutor {
       }
     }
     stats.iterations = iteration;
-    paused_seconds_ = stats.paused_seconds;
     if (concurrent_ != nullptr) --*concurrent_;
     stats.seconds = synthetic_seconds_
                         ? synthetic_seconds_(static_cast<int64_t>(rows.size()), stats.padded_tokens,
@@ -150,7 +150,7 @@ class FakeExecutor : public BatchExecutor {
     return stats;
   }
   bool AcceptsJoins() const override { return accept_joins_; }
-  // Lent to other models during the last run.
+  // Lent to other models in the latest run that yielded.
   double paused_seconds() const { return paused_seconds_.load(); }
 
   void Hold() {
