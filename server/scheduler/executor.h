@@ -59,7 +59,7 @@ struct ExecBatch {
   // lends the compute gate there to another model's batch that waits for it, so one long call
   // cannot hold every model up. Returns how long this run waited, which the executor leaves
   // out of ExecStats' times (the cost model learns compute, not waits).
-  std::function<absl::Duration()> yield;
+  std::function<absl::Duration()> yield = nullptr;
 };
 
 /// Calls `batch.yield` if set; the seconds it waited.
