@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdlib>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -84,6 +85,10 @@ ABSL_FLAG(int64_t, max_call_work, 1000000,
           "The most token field evaluations one call may cost (input tokens x encoder field "
           "evaluations, plus inputs x beam x output positions x decoder steps for translation); "
           "a call over it is refused with INVALID_ARGUMENT before it is queued. docs/LIMITS.md.");
+ABSL_FLAG(int, tokenization_threads, 0,
+          "Threads that tokenize and plan calls, off gRPC's own threads (0 = one per CPU core).");
+ABSL_FLAG(int64_t, max_tokenization_queue, 4096,
+          "Calls that may wait for a tokenization thread; one more is refused with RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, max_request_bytes, 4 << 20,
           "The largest request message gRPC receives (RESOURCE_EXHAUSTED above it, before parsing).");
 ABSL_FLAG(int, max_concurrent_streams, 1024,
@@ -172,11 +177,22 @@ int Run() {
     return 1;
   }
 
+  int tokenization_threads = absl::GetFlag(FLAGS_tokenization_threads);
+  const int64_t max_tokenization_queue = absl::GetFlag(FLAGS_max_tokenization_queue);
+  if (tokenization_threads < 0 || max_tokenization_queue < 1) {
+    LogError(absl::StrCat("--tokenization_threads (", tokenization_threads, ") must be >= 0 and --max_tokenization_queue (",
+                          max_tokenization_queue, ") >= 1"));
+    return 1;
+  }
+  if (tokenization_threads == 0) tokenization_threads = std::max(1u, std::thread::hardware_concurrency());
+
   std::filesystem::path repository = absl::GetFlag(FLAGS_model_repository);
   if (repository.empty()) repository = DefaultRepository();
   core::ModelManager models({repository, absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_slots),
                              absl::GetFlag(FLAGS_calibrate), &metrics});
-  core::InferenceCore inference(&models, &metrics, {budget_reserve, max_text_bytes, max_call_work});
+  core::InferenceCore inference(&models, &metrics,
+                                {budget_reserve, max_text_bytes, max_call_work, tokenization_threads,
+                                 static_cast<size_t>(max_tokenization_queue)});
   std::unique_ptr<rpc::BearerTokenAuth> auth;
   if (const std::string tokens = absl::GetFlag(FLAGS_auth_tokens_file); !tokens.empty()) {
     auto loaded = rpc::BearerTokenAuth::FromFile(tokens);

@@ -10,6 +10,7 @@
 #include "google/protobuf/util/time_util.h"
 #include "server/common/status_macros.h"
 #include "server/core/input_limits.h"
+#include "server/core/request_validation.h"
 #include "server/core/work_limit.h"
 #include "server/repository/model_config.h"
 #include "server/tokenizer/ngram_hash.h"
@@ -47,115 +48,8 @@ absl::StatusOr<const Servable*> FindServable(const ModelManager& models, const s
     return absl::FailedPreconditionError(
         absl::StrCat("model '", name, "' is not serving: it failed to load: ", entry->error));
   }
-  const v1::Task model_task = entry->servable->config.task();
-  if (model_task != task) {
-    const char* right_method = model_task == v1::EMBEDDING ? "Embed"
-                               : model_task == v1::CLASSIFICATION ? "Classify" : "Translate";
-    return absl::FailedPreconditionError(absl::StrCat(
-        "model '", name, "' is a ", v1::Task_Name(model_task), " model and cannot serve ", method,
-        "; call ", right_method, " instead"));
-  }
+  RETURN_IF_ERROR(CheckTask(entry->servable->config, task, method));
   return entry->servable.get();
-}
-
-absl::Status ValidateInputs(const Servable& s,
-                            const google::protobuf::RepeatedPtrField<std::string>& inputs) {
-  const int limit = s.config.max_inputs_per_request();
-  if (inputs.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("inputs is empty; send between 1 and ", limit, " strings"));
-  }
-  if (inputs.size() > limit) {
-    return absl::InvalidArgumentError(absl::StrCat("inputs has ", inputs.size(), " strings; model '",
-                                                   s.config.name(), "' accepts at most ", limit,
-                                                   " per request (max_inputs_per_request)"));
-  }
-  for (int i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].empty()) return absl::InvalidArgumentError(absl::StrCat("inputs[", i, "] is empty"));
-    if (!tokenizer::IsValidUtf8(inputs[i])) {
-      return absl::InvalidArgumentError(absl::StrCat("inputs[", i, "] is not valid UTF-8"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateCompute(const Servable& s, const v1::ComputeOptions& compute) {
-  const auto& steps = s.config.steps();
-  const std::string& name = s.config.name();
-  if (compute.steps() != 0 && (compute.steps() < steps.min() || compute.steps() > steps.max())) {
-    return absl::InvalidArgumentError(absl::StrCat("compute.steps ", compute.steps(), " is outside model '", name,
-                                                   "' range [", steps.min(), ", ", steps.max(), "]"));
-  }
-  if (compute.min_steps() < 0 || compute.min_steps() > steps.max()) {
-    return absl::InvalidArgumentError(absl::StrCat("compute.min_steps ", compute.min_steps(), " is outside model '",
-                                                   name, "' range [0, ", steps.max(), "]"));
-  }
-  if (compute.steps() != 0 && compute.min_steps() > compute.steps()) {
-    return absl::InvalidArgumentError(absl::StrCat("compute.min_steps ", compute.min_steps(),
-                                                   " is above compute.steps ", compute.steps()));
-  }
-  if (!v1::Solver_IsValid(compute.solver())) {
-    return absl::InvalidArgumentError(absl::StrCat("compute.solver ", compute.solver(),
-                                                   " is not a known solver (EULER, HEUN, RK4)"));
-  }
-  if (compute.solver() != v1::SOLVER_UNSPECIFIED &&
-      std::find(s.config.solvers().begin(), s.config.solvers().end(), compute.solver()) == s.config.solvers().end()) {
-    std::vector<std::string> allowed;
-    for (int solver : s.config.solvers()) allowed.push_back(v1::Solver_Name(static_cast<v1::Solver>(solver)));
-    return absl::InvalidArgumentError(absl::StrCat("compute.solver ", v1::Solver_Name(compute.solver()), " is not allowed by model '",
-                                                   name, "' (allowed: ", absl::StrJoin(allowed, ", "), ")"));
-  }
-  if (!v1::BudgetMissPolicy_IsValid(compute.on_budget_miss())) {
-    return absl::InvalidArgumentError(absl::StrCat("compute.on_budget_miss ", compute.on_budget_miss(),
-                                                   " is not a known policy (SERVE_FLOOR, REFUSE)"));
-  }
-  if (compute.has_latency_budget()) {
-    const auto& b = compute.latency_budget();
-    if (b.seconds() < 0 || b.nanos() < 0 || (b.seconds() == 0 && b.nanos() == 0) || b.nanos() >= 1000000000) {
-      return absl::InvalidArgumentError(absl::StrCat("compute.latency_budget must be > 0, got ", b.seconds(), "s ",
-                                                     b.nanos(), "ns"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Translation-only fields: decoder steps, beams and output length within the model's limits.
-absl::Status ValidateDecode(const Servable& s, const v1::ComputeOptions& compute, int beam_size,
-                            int max_output_tokens, float length_penalty) {
-  const std::string& name = s.config.name();
-  const auto& t = s.config.translation();
-  const auto& range = t.decoder_steps();
-  if (compute.decoder_steps() != 0 &&
-      (compute.decoder_steps() < range.min() || compute.decoder_steps() > range.max())) {
-    return absl::InvalidArgumentError(absl::StrCat("compute.decoder_steps ", compute.decoder_steps(),
-                                                   " is outside model '", name, "' range [", range.min(),
-                                                   ", ", range.max(), "]"));
-  }
-  if (compute.min_steps() > range.max()) {
-    return absl::InvalidArgumentError(absl::StrCat("compute.min_steps ", compute.min_steps(),
-                                                   " is above model '", name, "' decoder step range [",
-                                                   range.min(), ", ", range.max(),
-                                                   "] (min_steps is a floor for the encoder and the decoder)"));
-  }
-  if (compute.decoder_steps() != 0 && compute.min_steps() > compute.decoder_steps()) {
-    return absl::InvalidArgumentError(absl::StrCat("compute.min_steps ", compute.min_steps(),
-                                                   " is above compute.decoder_steps ", compute.decoder_steps()));
-  }
-  if (beam_size < 0 || beam_size > t.max_beam_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("beam_size ", beam_size, " is outside [0, ",
-                                                   t.max_beam_size(), "] (model '", name,
-                                                   "' max_beam_size; 0 or 1 = greedy)"));
-  }
-  if (max_output_tokens < 0 || max_output_tokens > t.max_output_tokens()) {
-    return absl::InvalidArgumentError(absl::StrCat("max_output_tokens ", max_output_tokens,
-                                                   " is outside [0, ", t.max_output_tokens(), "] (model '",
-                                                   name, "' limit; 0 = from the input length)"));
-  }
-  if (!(length_penalty >= 0 && length_penalty <= repository::kMaxLengthPenalty)) {
-    return absl::InvalidArgumentError(absl::StrCat("length_penalty ", length_penalty, " is outside [0, ",
-                                                   repository::kMaxLengthPenalty,
-                                                   "] (0 = model '", name, "' default, ", t.length_penalty(), ")"));
-  }
-  return absl::OkStatus();
 }
 
 // Whether the client gave up on the call (cancelled, or its deadline passed): the status to
@@ -179,7 +73,7 @@ absl::StatusOr<std::vector<tokenizer::EncodedText>> Tokenize(const Servable& s, 
   rows.reserve(texts.size());
   const int limit = s.config.max_sequence_length();
   for (size_t i = 0; i < texts.size(); ++i) {
-    // Tokenizing runs on gRPC's threads: a call its client gave up on stops here.
+    // A call given up (while it waited for this thread, or meanwhile) stops here.
     RETURN_IF_ERROR(CallGone(call));
     auto encoded = s.tokenizer->Encode(texts[i].text, limit, truncate);
     if (absl::IsOutOfRange(encoded.status())) {
@@ -237,7 +131,11 @@ v1::StepChoice ToProto(scheduler::StepChoiceKind kind) {
 }  // namespace
 
 InferenceCore::InferenceCore(ModelManager* models, metrics::Metrics* metrics, InferenceOptions options)
-    : models_(models), metrics_(metrics), options_(options) {}
+    : models_(models),
+      metrics_(metrics),
+      options_(options),
+      tokenization_(std::make_unique<TaskPool>(
+          TaskPoolOptions{"odeserve-tokens", options.tokenization_threads, options.max_tokenization_queue})) {}
 
 absl::Status InferenceCore::Admission() const {
   if (!ready_.load(std::memory_order_acquire)) {
@@ -287,20 +185,35 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
   auto servable_or = FindServable(*models_, model, task, method);
   if (!servable_or.ok()) return done(servable_or.status());
   const Servable& s = **servable_or;
-  if (auto status = ValidateInputs(s, inputs); !status.ok()) return done(status);
-  if (auto status = ValidateCompute(s, compute); !status.ok()) return done(status);
+  if (auto status = ValidateInputs(s.config, inputs); !status.ok()) return done(status);
+  if (auto status = ValidateCompute(s.config, compute); !status.ok()) return done(status);
   if (decode != nullptr) {
-    if (auto status = ValidateDecode(s, compute, decode->beam_size, decode->max_output_tokens,
-                                     decode->length_penalty);
-        !status.ok()) {
-      return done(status);
-    }
-  } else if (compute.decoder_steps() != 0) {
-    return done(absl::InvalidArgumentError(absl::StrCat(
-        "compute.decoder_steps is only for translation models; model '", model, "' has no decoder")));
+    const DecodeOptions options{decode->beam_size, decode->max_output_tokens, decode->length_penalty};
+    if (auto status = ValidateDecode(s.config, compute, options); !status.ok()) return done(status);
   }
+  PendingCall pending{call, &s, &inputs, &compute, truncate, std::nullopt, std::move(fill), report, done};
+  if (decode != nullptr) pending.decode = *decode;
+  // Tokenizing costs more than a text's length (a run of unknown characters costs its square):
+  // it runs on the server's own threads, never on gRPC's, which also answer health checks.
+  auto posted = tokenization_->Post([this, pending = std::move(pending)]() mutable { Prepare(std::move(pending)); });
+  if (!posted.ok()) {
+    done(absl::ResourceExhaustedError(absl::StrCat(
+        "server busy: ", tokenization_->max_waiting(),
+        " calls already wait to be tokenized (--max_tokenization_queue); retry with backoff")));
+  }
+}
+
+void InferenceCore::Prepare(PendingCall pending) {
+  const CallContext& call = pending.call;
+  const Servable& s = *pending.servable;
+  const v1::ComputeOptions& compute = *pending.compute;
+  const bool truncate = pending.truncate;
+  const DecodeRequest* decode = pending.decode ? &*pending.decode : nullptr;
+  v1::ComputeReport* report = pending.report;
+  Completion& done = pending.done;
+  const std::string& model = s.config.name();
   // Bytes are bounded before any tokenization (its cost grows faster than a text's length).
-  auto texts_or = BoundInputBytes(inputs, s.config.name(), s.config.max_sequence_length(),
+  auto texts_or = BoundInputBytes(*pending.inputs, s.config.name(), s.config.max_sequence_length(),
                                   options_.max_text_bytes, truncate);
   if (!texts_or.ok()) return done(texts_or.status());
   auto rows_or = Tokenize(s, call, *texts_or, truncate);
@@ -408,7 +321,7 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
   const absl::Time received = call.received;
   const Servable* servable = &s;
   const absl::Duration predicted = spent + plan.predicted_total;
-  item->done = [servable, report, received, budget, tokens, predicted, fill = std::move(fill),
+  item->done = [servable, report, received, budget, tokens, predicted, fill = std::move(pending.fill),
                 done](absl::StatusOr<scheduler::WorkResult> result) mutable {
     if (!result.ok()) {
       // Expired in the queue or mid-compute: the worst kind of miss (a cancelled call is the
@@ -454,9 +367,8 @@ void InferenceCore::Classify(const CallContext& call, const v1::ClassifyRequest&
   response->set_model(request.model());
   const std::string method = MethodName(call, "Classify");
   if (auto admission = Admit(method); !admission.ok()) return done(admission);
-  if (request.top_k() < 0) {
-    Track(request.model(), method, call.received, std::move(done))(
-        absl::InvalidArgumentError(absl::StrCat("top_k must be >= 0, got ", request.top_k())));
+  if (auto status = ValidateTopK(request.top_k()); !status.ok()) {
+    Track(request.model(), method, call.received, std::move(done))(status);
     return;
   }
   const int top_k = std::max(1, request.top_k());

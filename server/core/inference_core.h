@@ -4,11 +4,14 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "odeserve/v1/inference.pb.h"
+#include "server/common/task_pool.h"
 #include "server/core/model_manager.h"
 #include "server/metrics/metrics.h"
 
@@ -40,6 +43,11 @@ struct InferenceOptions {
   int64_t max_text_bytes = 65536;
   /// The most token field evaluations one call may cost (--max_call_work; server/core/work_limit.h).
   int64_t max_call_work = 1000000;
+  /// Threads that tokenize and plan calls (--tokenization_threads; >= 1), off gRPC's threads.
+  int tokenization_threads = 2;
+  /// Calls that may wait for a tokenization thread; one more is refused with
+  /// RESOURCE_EXHAUSTED (--max_tokenization_queue).
+  size_t max_tokenization_queue = 4096;
 };
 
 class InferenceCore {
@@ -80,14 +88,29 @@ class InferenceCore {
     /// Optional: a greedy row's text so far, after each generated token (streaming).
     std::function<void(size_t row, std::string text)> on_text;
   };
-  /// The pipeline shared by every model RPC: admission, validation, tokenization, step choice,
-  /// queueing; `fill` builds the response from the finished work. `decode` is set for
-  /// Translate only.
+  /// A validated call on its way to a tokenization thread. `inputs`, `compute` and `report`
+  /// belong to the request and response, which live until `done` is called.
+  struct PendingCall {
+    CallContext call;
+    const Servable* servable = nullptr;
+    const google::protobuf::RepeatedPtrField<std::string>* inputs = nullptr;
+    const v1::ComputeOptions* compute = nullptr;
+    bool truncate = false;
+    std::optional<DecodeRequest> decode;  // Translate only
+    std::function<void(const Servable&, scheduler::WorkResult&)> fill;
+    v1::ComputeReport* report = nullptr;
+    Completion done;  // tracked
+  };
+  /// The pipeline shared by every model RPC: admission and validation here, then tokenization,
+  /// step choice and queueing on a tokenization thread (Prepare); `fill` builds the response
+  /// from the finished work. `decode` is set for Translate only.
   void RunModel(const CallContext& call, v1::Task task, const std::string& method,
                 const std::string& model, const google::protobuf::RepeatedPtrField<std::string>& inputs,
                 const v1::ComputeOptions& compute, bool truncate, const DecodeRequest* decode,
                 std::function<void(const Servable&, scheduler::WorkResult&)> fill,
                 v1::ComputeReport* report, Completion done);
+  /// Bounds the bytes, tokenizes, chooses the steps and queues the call (a tokenization thread).
+  void Prepare(PendingCall pending);
   void RunTranslate(const CallContext& call, const std::string& method, const v1::TranslateRequest& request,
                     const DecodeRequest& decode, v1::TranslateResponse* response, Completion done);
   /// Wraps `done` so that the call is counted in metrics and in-flight exactly once.
@@ -105,6 +128,8 @@ class InferenceCore {
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};
+  // Last: destroyed first, after running the calls it still holds (they use the members above).
+  std::unique_ptr<TaskPool> tokenization_;
 };
 
 }  // namespace odeserve::core

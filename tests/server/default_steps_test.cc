@@ -3,7 +3,13 @@
 
 #include "server/repository/default_steps.h"
 
+#include <filesystem>
+#include <map>
+#include <utility>
+
 #include <gtest/gtest.h>
+
+#include "server/repository/model_config.h"
 
 namespace odeserve::repository {
 namespace {
@@ -94,6 +100,31 @@ TEST(ResolveDefaultSteps, ATranslatorGetsTheCheapestGreedyPairAndKeepsAFixedHalf
   EXPECT_EQ(d.steps, 2);
   EXPECT_EQ(d.decoder_steps, 3);
   EXPECT_EQ(d.source, DefaultStepsSource::kProfile);
+}
+
+// The bundled models' defaults, as the README's model table states them, follow from their own
+// config.pbtxt and quality.pbtxt: a re-exported profile or a new tolerance that moves one fails
+// here until the table is updated with it.
+TEST(ResolveDefaultSteps, TheBundledModelsDefaultsAreTheOnesTheReadmeStates) {
+  const std::map<std::string, std::pair<int, int>> stated = {
+      {"embed-sharebert", {1, 0}},
+      {"embed-eelbert", {2, 0}},
+      {"classify-sections", {1, 0}},
+      {"translate-en-de", {4, 2}},
+  };
+  for (const auto& [name, steps] : stated) {
+    SCOPED_TRACE(name);
+    const std::filesystem::path dir = std::filesystem::path(ODESERVE_BUNDLED_REPOSITORY) / name;
+    auto config = LoadModelConfig(dir);
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(config->steps().default_steps(), 0) << "the default must follow the profile, not the config";
+    auto profile = LoadQualityProfile(*config, dir);
+    ASSERT_TRUE(profile.ok()) << profile.status();
+    const DefaultSteps d = ResolveDefaultSteps(*config, *profile);
+    EXPECT_EQ(d.source, DefaultStepsSource::kProfile);
+    EXPECT_EQ(d.steps, steps.first);
+    EXPECT_EQ(d.decoder_steps, steps.second);
+  }
 }
 
 }  // namespace
