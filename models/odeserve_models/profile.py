@@ -395,8 +395,9 @@ def format_table(points: Sequence[Dict], metrics: Sequence[str], solvers: Sequen
 
 
 class Progress:
-    """A progress bar on stderr: redrawn in place on a terminal, one line per finished point
-    otherwise (logs)."""
+    """A progress bar on stderr: redrawn in place on a terminal (after every call and every
+    finished point; close() ends the line), one line per finished point otherwise (logs). The
+    percentage counts calls, the points count finished (solver, steps) points."""
 
     def __init__(self, total_calls: int, total_points: int, label: str, stream=None):
         self.stream = stream or sys.stderr
@@ -422,9 +423,11 @@ class Progress:
 
     def point(self, what: str) -> None:
         self.points += 1
-        if not self.tty:
+        if self.tty:  # redrawn, so that the bar's last state counts the last point too
+            self.stream.write("\r\x1b[K" + self._bar(what))
+        else:
             self.stream.write(self._bar(what) + "\n")
-            self.stream.flush()
+        self.stream.flush()
 
     def close(self) -> None:
         if self.tty:

@@ -7,7 +7,9 @@ and compared with a reference forward written in plain PyTorch from the publishe
 (tests/models/albert_reference.py, independent of the importer's module):
 - served Embed (mean, cls, pooler) and Classify at n = L and n < L equal the reference (1e-4);
 - the server's token ids (odeserve-tokenize) equal the Python AlbertTokenizer reference on a
-  multilingual list, digit-comma re-splits included;
+  multilingual list, digit-comma re-splits included, for the default tokenizer_config.json and
+  for one with every option flipped (keep_accents, do_lower_case, remove_space), whose served
+  embeddings also equal the reference fed those ids;
 - a model without a profile reports so and runs its trained depth by default; with a profile
   and no default_steps in its config, a call without steps runs the profile's cheapest point.
 
@@ -48,6 +50,9 @@ TEXTS = [
 ]
 # Texts whose ids the server must match, including ones the server refuses to serve (no pieces).
 TOKENIZER_TEXTS = TEXTS + ["", "   ", "\u0301\u0300", "1,2,3, 45, 6789,", "Version 3, 4,5,"]
+# tokenizer_config.json with every option the importer reads set against Hugging Face's default
+# (do_lower_case true, keep_accents false, remove_space true).
+NON_DEFAULT_TOKENIZER = dict(do_lower_case=False, keep_accents=True, remove_space=False)
 
 
 def free_port():
@@ -72,18 +77,26 @@ class ImportedAlbert(unittest.TestCase):
         cls.checkpoints = {}
         embed_ckpt = os.path.join(cls.tmp, "albert-embed")
         class_ckpt = os.path.join(cls.tmp, "albert-classify")
+        options_ckpt = os.path.join(cls.tmp, "albert-options")
+        tokenizer_config = dict(NON_DEFAULT_TOKENIZER, bos_token="[CLS]", eos_token="[SEP]", unk_token="<unk>",
+                                sep_token="[SEP]", pad_token="<pad>", cls_token="[CLS]", mask_token="[MASK]",
+                                tokenizer_class="AlbertTokenizer")
         # What was written (config and tensors as stored), for the reference forward.
         cls.written = {
             embed_ckpt: synthetic.write_synthetic_checkpoint(embed_ckpt, format="safetensors", layers=LAYERS),
             class_ckpt: synthetic.write_synthetic_checkpoint(class_ckpt, format="bin", task="classification",
                                                              layers=LAYERS, seed=1),
+            options_ckpt: synthetic.write_synthetic_checkpoint(options_ckpt, format="safetensors", layers=LAYERS,
+                                                               seed=2, tokenizer_config=tokenizer_config),
         }
+        cls.tokenizer_options = {embed_ckpt: {}, class_ckpt: {}, options_ckpt: NON_DEFAULT_TOKENIZER}
         for name, ckpt, extra in [
             ("albert-mean", embed_ckpt, ["--task", "embedding", "--pooling", "mean"]),
             ("albert-cls", embed_ckpt, ["--task", "embedding", "--pooling", "cls"]),
             ("albert-pooler", embed_ckpt, ["--task", "embedding", "--pooling", "pooler"]),
             ("albert-classify", class_ckpt, ["--task", "classification"]),
             ("albert-profiled", embed_ckpt, ["--task", "embedding"]),
+            ("albert-options", options_ckpt, ["--task", "embedding", "--pooling", "mean"]),
         ]:
             import_albert([ckpt, os.path.join(repo, name)] + extra)
             cls.checkpoints[name] = ckpt
@@ -107,10 +120,22 @@ class ImportedAlbert(unittest.TestCase):
         cls.served.__exit__(None, None, None)
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
+    def tokenizer(self, name):
+        """The Python reference tokenizer of `name`'s checkpoint, with its tokenizer_config options."""
+        ckpt = self.checkpoints[name]
+        return AlbertTokenizerReference(os.path.join(ckpt, "spiece.model"), **self.tokenizer_options[ckpt])
+
+    def served_ids(self, name, texts):
+        """odeserve-tokenize on the imported model folder: the ids the server feeds the model."""
+        lines = "".join(t.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for t in texts)
+        out = subprocess.run([TOKENIZE, os.path.join(self.repo, name)], input=lines, capture_output=True, text=True,
+                             check=True).stdout
+        return [[int(i) for i in line.split()] for line in out.splitlines()]
+
     def reference(self, name, texts, n_steps):
         ckpt = self.checkpoints[name]
         written = self.written[ckpt]
-        tok = AlbertTokenizerReference(os.path.join(ckpt, "spiece.model"))
+        tok = self.tokenizer(name)
         x, mask = tok.batch(texts, written["config"]["max_position_embeddings"])
         return albert_reference(written["state_dict"], written["config"], x, mask, n_steps=n_steps)
 
@@ -153,11 +178,8 @@ class ImportedAlbert(unittest.TestCase):
                                            msg="%s row %d at %d steps" % (label, row, steps))
 
     def test_server_tokenization_equals_the_python_reference(self):
-        model_dir = os.path.join(self.repo, "albert-mean")
-        lines = "".join(t.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for t in TOKENIZER_TEXTS)
-        out = subprocess.run([TOKENIZE, model_dir], input=lines, capture_output=True, text=True, check=True).stdout
-        served = [[int(i) for i in line.split()] for line in out.splitlines()]
-        tok = AlbertTokenizerReference(os.path.join(self.checkpoints["albert-mean"], "spiece.model"))
+        served = self.served_ids("albert-mean", TOKENIZER_TEXTS)
+        tok = self.tokenizer("albert-mean")
         for text, ids in zip(TOKENIZER_TEXTS, served):
             self.assertEqual(ids, tok.encode(text, 64), repr(text))
         self.assertEqual(len(served), len(TOKENIZER_TEXTS))
@@ -167,6 +189,43 @@ class ImportedAlbert(unittest.TestCase):
         self.assertTrue(resplit, "no text in the list has a digit-comma piece")
         # Text that normalizes to nothing is [CLS] [SEP], as the Hugging Face tokenizer gives.
         self.assertEqual(served[TOKENIZER_TEXTS.index("\u0301\u0300")], [tok.cls_id, tok.sep_id])
+
+    def test_non_default_tokenizer_options_are_followed(self):
+        """keep_accents, do_lower_case and remove_space from tokenizer_config.json, all flipped: the
+        config says so, the server's ids equal the reference's with the same options (and differ
+        from the defaults' where the options matter), and the served embeddings equal the
+        reference forward on those ids."""
+        with open(os.path.join(self.repo, "albert-options", "config.pbtxt"), encoding="utf-8") as f:
+            config = f.read()
+        for line in ("collapse_whitespace: false", "strip_accents: false", "lowercase: false",
+                     "normalize_quotes: true", "split_digit_comma: true"):
+            self.assertIn(line, config)
+        tok = self.tokenizer("albert-options")
+        self.assertEqual((tok.do_lower_case, tok.keep_accents, tok.remove_space), (False, True, False))
+        served = self.served_ids("albert-options", TOKENIZER_TEXTS)
+        self.assertEqual(len(served), len(TOKENIZER_TEXTS))
+        for text, ids in zip(TOKENIZER_TEXTS, served):
+            self.assertEqual(ids, tok.encode(text, 64), repr(text))
+        # The options change the ids of accented, capitalised and whitespace-run texts: a server
+        # that ignored them would fail the comparison above.
+        spiece = os.path.join(self.checkpoints["albert-options"], "spiece.model")
+        default = AlbertTokenizerReference(spiece)
+        for options, text in [(dict(keep_accents=True), "Crème brûlée"), (dict(do_lower_case=False), "ABC Def"),
+                              (dict(remove_space=False), "  a  b  ")]:
+            one = AlbertTokenizerReference(spiece, **options)
+            self.assertNotEqual(one.preprocess(text), default.preprocess(text), options)
+        differ = [t for t in TOKENIZER_TEXTS if tok.encode(t, 64) != default.encode(t, 64)]
+        self.assertGreaterEqual(len(differ), 3, differ)
+        # Served outputs follow the same ids: Embed at n = L and n < L equals the reference forward.
+        for steps in (LAYERS, 1):
+            request = self.pb.EmbedRequest(model="albert-options", inputs=TEXTS, truncate=True)
+            request.compute.steps = steps
+            request.compute.solver = self.pb.EULER
+            response = self.stub.Embed(request, timeout=60)
+            self.assertEqual(response.report.steps, steps)
+            got = torch.tensor([list(e.values) for e in response.embeddings], dtype=torch.float64)
+            expected = self.reference("albert-options", TEXTS, steps)["mean"]
+            self.assertLess((got - expected).abs().max().item(), 1e-4, "at %d steps" % steps)
 
     def test_a_model_without_a_profile_runs_its_trained_depth_and_says_so(self):
         info = self.stub.GetModel(self.pb.GetModelRequest(name="albert-mean"), timeout=10).model

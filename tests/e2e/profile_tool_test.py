@@ -9,8 +9,9 @@ small JSONL files, runs the tool as a subprocess from models/ and checks: qualit
 has a point for every (solver, steps, metric) asked for, values in [0, 1]; the printed
 recommendation is the default_steps rule applied to the written points; --apply on a copy of the
 classifier's folder gives a config.pbtxt that the protobuf parser reads with quality_profile_file
-set and no default_steps, and that the server loads (and, where GetModel says where its default
-came from, follows); a label the model lacks is refused naming the line.
+set and no default_steps, and that the server loads and follows (GetModel's default_steps_source
+is "profile" and its default_steps the printed recommendation); a label the model lacks is
+refused naming the line.
 """
 import json
 import os
@@ -167,8 +168,8 @@ class ProfileTool(unittest.TestCase):
         self.assertRegex(p.stdout, r"gain from 1 step to the trained depth \(%d Euler steps\): accuracy" % info.trained_depth)
         self.assertIn("restart the server", p.stdout)
 
-        # The server loads the applied folder (--start path of the tool) and, where it reports where
-        # its default came from, takes the recommended default from the profile.
+        # The server loads the applied folder (--start path of the tool), reports that its default
+        # comes from the profile, and takes the recommended default from it.
         out2 = os.path.join(self.tmp, "classifier-quality-2.pbtxt")
         p2 = run_profile(["--start", BINARY, "--model_repository", repo, "--model", CLASSIFIER, "--data", data,
                           "--steps", "1-2", "--solvers", "EULER", "--out", out2])
@@ -177,11 +178,10 @@ class ProfileTool(unittest.TestCase):
                           "sections.jsonl (12)")
         m = re.search(r"\(default (\d+)(?: from (\w+))?\)", p2.stdout)
         self.assertIsNotNone(m, p2.stdout)
-        if m.group(2):
-            self.assertEqual(m.group(2), "profile")
-            self.assertEqual(int(m.group(1)), rec)
-        else:
-            print("note: this server does not report default_steps_source; its default (%s) was not checked" % m.group(1))
+        # GetModel always reports default_steps_source: a missing one is a server regression.
+        self.assertIsNotNone(m.group(2), "GetModel did not report default_steps_source:\n" + p2.stdout)
+        self.assertEqual(m.group(2), "profile", p2.stdout)
+        self.assertEqual(int(m.group(1)), rec, p2.stdout)
         # The same measurements as the first server's (exact steps and solver, deterministic model).
         first = {(pt.solver, pt.steps, pt.metric): pt.value for pt in profile.points}
         for pt in self.parse_profile(out2).points:

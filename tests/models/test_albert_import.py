@@ -4,8 +4,9 @@ Hugging Face-layout ALBERT checkpoints (.safetensors and .bin, with and without 
 prefix) are imported, and the written model.pt must equal an independent plain-PyTorch ALBERT
 (albert_reference.py) at n = L Euler steps and follow the same ODE reading at n < L (dt = L/n),
 for mean / cls / pooler embeddings and classification logits. Also: config.pbtxt parses as
-odeserve.v1.ModelConfig with the expected fields, every refusal names its key or field, the
-safetensors reader round-trips against torch, and the tokenizer reference wraps [CLS] ... [SEP].
+odeserve.v1.ModelConfig with the expected fields, every refusal names its key or field (and one
+of each kind exits non-zero through `python3 -m odeserve_models import-albert`), the safetensors
+reader round-trips against torch, and the tokenizer reference wraps [CLS] ... [SEP].
 
   PYTHONPATH=models /usr/bin/python3 -m unittest discover -s tests/models -p 'test_albert_import.py'
 """
@@ -279,6 +280,33 @@ class AlbertImportTest(unittest.TestCase):
                               "--name", "different"])
         self.assertEqual(rc, 1)
         self.assertIn("--name 'different'", err)
+
+    def test_cli_refusals_exit_non_zero_naming_the_key_or_field(self):
+        """One refusal of each kind through the command line users run (cwd models/): a non-zero
+        exit, the message on stderr naming the key or field, no model.pt written."""
+        key = LAYER + "attention.query.weight"
+        cases = [
+            ("shape", dict(replace_tensors={key: torch.zeros(32, 31)}), [key, "[32, 31]", "expected [32, 32]"]),
+            ("groups", dict(config_overrides=dict(num_hidden_groups=2)), ["num_hidden_groups is 2"]),
+            ("inner", dict(config_overrides=dict(inner_group_num=2)), ["inner_group_num is 2"]),
+            ("act", dict(config_overrides=dict(hidden_act="swishy")), ["hidden_act 'swishy'"]),
+            ("vocab", dict(config_overrides=dict(vocab_size=601)), ["vocab_size is 601", "spiece.model has 600"]),
+        ]
+        for tag, ckpt, wanted in cases:
+            with self.subTest(tag):
+                ck = os.path.join(self.tmp, "cli-bad-" + tag)
+                write_synthetic_checkpoint(ck, layers=2, **ckpt)
+                out = os.path.join(self.tmp, "cli-bad-out", tag)
+                r = subprocess.run([sys.executable, "-m", "odeserve_models", "import-albert", ck, out, "--task",
+                                    "embedding"], cwd=str(ROOT / "models"), capture_output=True, text=True,
+                                   timeout=120)
+                self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+                self.assertEqual(r.returncode, 1, r.stderr)  # the documented exit code
+                self.assertIn("import-albert: ", r.stderr)
+                for w in wanted:
+                    self.assertIn(w, r.stderr)
+                self.assertNotIn("Traceback", r.stderr)
+                self.assertFalse(os.path.exists(os.path.join(out, "model.pt")))
 
     # ------------------------------------------------------------------ refusals
 

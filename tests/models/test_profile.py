@@ -1,7 +1,10 @@
 """The pure parts of `python3 -m odeserve_models profile` (models/odeserve_models/profile.py),
 without a server: the steps spec, the metrics on hand-made cases, the default_steps rule, the
-JSONL checks, the profile text and --apply's config edit."""
+JSONL checks, the profile text, --apply's config edit and the progress bar."""
+import contextlib
+import io
 import os
+import re
 import shutil
 import tempfile
 import unittest
@@ -275,6 +278,90 @@ compute_precision: BFLOAT16
             P.apply_to_model_dir(model_dir, "m", text, 0.01)  # the profile has HEUN points
         self.assertIn("HEUN", str(e.exception))
         self.assertFalse(os.path.exists(os.path.join(model_dir, "quality.pbtxt")))  # nothing written
+
+
+class TerminalStream(io.StringIO):
+    """What a terminal looks like to Progress: a stream whose isatty() is true."""
+
+    def isatty(self):
+        return True
+
+
+BAR = re.compile(r"^profiling m \[(#*)(\.*)\] +(\d+)% (\d+)/(\d+) points (.*), \d+s elapsed, ~-?\d+s left$")
+
+
+class ProgressBar(unittest.TestCase):
+    """Progress(total_calls, total_points, label, stream): the percentage counts calls, the
+    points count finished (solver, steps) points."""
+
+    def run_points(self, stream, points=3, calls_per_point=2):
+        progress = P.Progress(points * calls_per_point, points, "profiling m", stream)
+        for k in range(1, points + 1):
+            for _ in range(calls_per_point):
+                progress.call("EULER x %d" % k)
+            progress.point("EULER x %d: accuracy 0.%d" % (k, k))
+        progress.close()
+        return stream.getvalue()
+
+    def parse(self, bar):
+        m = BAR.match(bar)
+        self.assertIsNotNone(m, repr(bar))
+        filled, empty, percent, done, total, what = m.groups()
+        self.assertEqual(len(filled) + len(empty), 30, bar)
+        return len(filled), int(percent), int(done), int(total), what
+
+    def test_a_log_gets_one_line_per_point_with_count_and_percentage(self):
+        out = self.run_points(io.StringIO())
+        self.assertNotIn("\r", out)
+        self.assertNotIn("\x1b", out)
+        lines = out.split("\n")
+        self.assertEqual(lines[-1], "")  # every line ends; close() adds nothing
+        lines = lines[:-1]
+        self.assertEqual(len(lines), 3)
+        # 2 of 6 calls = 33% (10 of 30 marks), 4 of 6 = 66% (20), 6 of 6 = 100% (30)
+        want = [(10, 33, 1, "EULER x 1: accuracy 0.1"), (20, 66, 2, "EULER x 2: accuracy 0.2"),
+                (30, 100, 3, "EULER x 3: accuracy 0.3")]
+        for line, (filled, percent, done, what) in zip(lines, want):
+            self.assertEqual(self.parse(line), (filled, percent, done, 3, what))
+
+    def test_the_percentage_counts_calls_not_points(self):
+        stream = io.StringIO()
+        progress = P.Progress(8, 2, "profiling m", stream)
+        for _ in range(3):
+            progress.call("EULER x 1")
+        self.assertEqual(stream.getvalue(), "")  # a log gets nothing between points
+        progress.point("EULER x 1: recall@1 0.5")
+        self.assertEqual(self.parse(stream.getvalue().rstrip("\n"))[:4], (int(round(30 * 3 / 8)), 37, 1, 2))
+
+    def test_a_terminal_is_redrawn_in_place_and_ends_at_every_point_done(self):
+        stream = TerminalStream()
+        out = self.run_points(stream)
+        self.assertTrue(out.startswith("\r\x1b[K"), repr(out[:20]))
+        self.assertTrue(out.endswith("\n"))
+        self.assertEqual(out.count("\n"), 1)  # one line, ended by close()
+        frames = out[:-1].split("\r\x1b[K")[1:]
+        self.assertEqual(len(frames), 3 * 2 + 3)  # every call and every point redraws
+        parsed = [self.parse(f) for f in frames]
+        # after each call: the calls so far, the points finished before it
+        self.assertEqual([p[1:4] for p in parsed[:3]], [(16, 0, 3), (33, 0, 3), (33, 1, 3)])
+        self.assertEqual(parsed[0][4], "EULER x 1")
+        self.assertEqual(parsed[2][4], "EULER x 1: accuracy 0.1")
+        # the bar's last state: every call and every point
+        self.assertEqual(parsed[-1], (30, 100, 3, 3, "EULER x 3: accuracy 0.3"))
+
+    def test_a_terminal_without_calls_writes_nothing_until_close(self):
+        stream = TerminalStream()
+        P.Progress(0, 0, "profiling m", stream).close()
+        self.assertEqual(stream.getvalue(), "\n")
+
+    def test_the_default_stream_is_stderr(self):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            progress = P.Progress(1, 1, "profiling m")
+            progress.call("EULER x 1")
+            progress.point("EULER x 1: accuracy 1.0")
+            progress.close()
+        self.assertEqual(self.parse(err.getvalue().rstrip("\n"))[:4], (30, 100, 1, 1))
 
 
 if __name__ == "__main__":
