@@ -1,5 +1,8 @@
 """Generating the Python gRPC stubs of odeserve.v1 from proto/odeserve/v1/inference.proto.
 
+The proto file is the repository's (../../proto from client/python), or, in an sdist, the copy
+that setup.py's sdist command writes to proto/ at the sdist's root; see ``find_proto_dir``.
+
 Standard library only: setup.py loads this file by path at build time, before grpc or
 protobuf need to be importable.
 
@@ -35,12 +38,15 @@ class StubGenerationError(RuntimeError):
 
 
 def find_proto_dir():
-    """The folder holding odeserve/v1/inference.proto: $ODESERVE_PROTO_DIR, else the
-    repository's proto/ (this file is client/python/odeserve_client/_stubs.py)."""
+    """The folder holding odeserve/v1/inference.proto, the first of: $ODESERVE_PROTO_DIR; the
+    copy in an unpacked sdist (<sdist>/proto, next to the package folder; setup.py's sdist
+    command puts it there); the repository's proto/ (this file is
+    client/python/odeserve_client/_stubs.py)."""
     candidates = []
     if os.environ.get("ODESERVE_PROTO_DIR"):
         candidates.append(os.environ["ODESERVE_PROTO_DIR"])
-    candidates.append(os.path.join(_HERE, os.pardir, os.pardir, os.pardir, "proto"))
+    candidates.append(os.path.join(_HERE, os.pardir, "proto"))  # an unpacked sdist
+    candidates.append(os.path.join(_HERE, os.pardir, os.pardir, os.pardir, "proto"))  # the repository
     for candidate in candidates:
         if os.path.isfile(os.path.join(candidate, PROTO_FILE)):
             return os.path.abspath(candidate)

@@ -1,10 +1,15 @@
 """odeserve_client.Client: the odeserve.v1.Inference service as Python methods."""
+import os
+
 import grpc
 
 from . import _convert
 from ._proto import inference_pb2 as pb
 from ._proto import inference_pb2_grpc as pb_grpc
 from .errors import OdeserveError
+
+# The bearer token's default when Client(token=...) is not given, as for odeserve-cli's --token.
+TOKEN_ENVIRONMENT_VARIABLE = "ODESERVE_TOKEN"
 
 # Embeddings of many long inputs exceed gRPC's default 4 MiB receive limit.
 _DEFAULT_OPTIONS = (("grpc.max_receive_message_length", 256 << 20),)
@@ -18,7 +23,9 @@ class Client:
     ``certificate_chain`` + ``private_key`` (bytes or paths) add a client certificate (mutual
     TLS); ``server_name`` overrides the name checked in the server's certificate.
     token: sent as ``authorization: Bearer <token>`` metadata on every call (also without TLS,
-    e.g. behind a TLS-terminating sidecar; it then travels in clear text).
+    e.g. behind a TLS-terminating sidecar; it then travels in clear text). Not given (None):
+    $ODESERVE_TOKEN when it is set and not empty, as odeserve-cli does; ``token=""``: no token,
+    whatever the environment holds.
     timeout: default gRPC deadline of every call, seconds or timedelta (None: no deadline).
     Note the server takes a call's deadline as its latency budget when no ``budget`` is given.
     options: extra gRPC channel options, e.g. ``[("grpc.enable_retries", 0)]``.
@@ -28,8 +35,15 @@ class Client:
                  certificate_chain=None, private_key=None, server_name=None, options=()):
         if not isinstance(address, str) or not address:
             raise TypeError("address must be a non-empty 'host:port' string")
-        if token is not None and (not isinstance(token, str) or not token or token != token.strip()):
-            raise ValueError("token must be a non-empty string without surrounding whitespace")
+        if token is None:
+            token = os.environ.get(TOKEN_ENVIRONMENT_VARIABLE) or None  # unset or empty: no token
+            if token is not None and token != token.strip():
+                raise ValueError("$%s has surrounding whitespace; fix it, or pass token='' to send no token"
+                                 % TOKEN_ENVIRONMENT_VARIABLE)
+        elif token == "":
+            token = None  # explicitly none, also when $ODESERVE_TOKEN is set
+        elif not isinstance(token, str) or token != token.strip():
+            raise ValueError("token must be a string without surrounding whitespace ('' for none)")
         self.address = address
         self.timeout = _convert.seconds("timeout", timeout)
         self._metadata = (("authorization", "Bearer " + token),) if token is not None else None

@@ -16,6 +16,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(PACKAGE_ROOT))
 
 if PACKAGE_ROOT not in sys.path:
     sys.path.insert(0, PACKAGE_ROOT)
+# Client() defaults its bearer token to $ODESERVE_TOKEN: tests that want one set it themselves.
+os.environ.pop("ODESERVE_TOKEN", None)
 if not os.environ.get("ODESERVE_CLIENT_STUB_DIR"):
     # As from a clean checkout: nothing generated yet, nothing from a user's cache.
     STUB_ROOT = tempfile.mkdtemp(prefix="odeserve-client-test-stubs-")

@@ -233,8 +233,28 @@ class ClientArgumentsTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             c.models()
         c.close()  # idempotent
-        with self.assertRaises(ValueError):
-            Client("localhost:1", token="")
+        for bad in (" s3cret", "s3cret\n", b"s3cret"):
+            with self.assertRaises(ValueError):
+                Client("localhost:1", token=bad)
+
+    def test_token_from_the_environment(self):
+        bearer = (("authorization", "Bearer from-env"),)
+        with mock.patch.dict(os.environ, {"ODESERVE_TOKEN": "from-env"}):
+            self.assertEqual(Client("localhost:1")._metadata, bearer)
+            self.assertEqual(Client("localhost:1", token=None)._metadata, bearer)
+            self.assertEqual(Client("localhost:1", token="explicit")._metadata,
+                             (("authorization", "Bearer explicit"),))  # an explicit token wins
+            self.assertIsNone(Client("localhost:1", token="")._metadata)  # '' opts out
+        with mock.patch.dict(os.environ, {"ODESERVE_TOKEN": ""}):
+            self.assertIsNone(Client("localhost:1")._metadata)  # empty: none, as odeserve-cli
+        with mock.patch.dict(os.environ, {"ODESERVE_TOKEN": "from-env\n"}):
+            with self.assertRaisesRegex(ValueError, "ODESERVE_TOKEN"):
+                Client("localhost:1")
+            self.assertIsNone(Client("localhost:1", token="")._metadata)
+        with mock.patch.dict(os.environ):
+            os.environ.pop("ODESERVE_TOKEN", None)
+            self.assertIsNone(Client("localhost:1")._metadata)
+            self.assertIsNone(Client("localhost:1", token="")._metadata)
 
     def test_tls_arguments(self):
         with tempfile.TemporaryDirectory() as d:

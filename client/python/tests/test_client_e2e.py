@@ -325,15 +325,38 @@ class TokenTest(unittest.TestCase):
             self.assertEqual({m.name for m in c.models()}, TEST_MODELS)
             self.assertTrue(list(c.translate_stream("a", model=TRANSLATOR))[-1].final)
 
+    def assertUnauthenticated(self, client, what):
+        for call in (lambda: client.embed("a", model=EMBEDDER), client.models, lambda: client.model(EMBEDDER),
+                     lambda: list(client.translate_stream("a", model=TRANSLATOR))):
+            with self.assertRaises(OdeserveError) as caught:
+                call()
+            self.assertIs(caught.exception.code, grpc.StatusCode.UNAUTHENTICATED, what)
+            self.assertTrue(caught.exception.message)
+
     def test_without_or_with_a_wrong_token(self):
-        for token in (None, "wrong-token"):
+        for token in (None, "wrong-token", ""):
             with Client(self.server.address, token=token) as c:
-                for call in (lambda: c.embed("a", model=EMBEDDER), c.models, lambda: c.model(EMBEDDER),
-                             lambda: list(c.translate_stream("a", model=TRANSLATOR))):
-                    with self.assertRaises(OdeserveError) as caught:
-                        call()
-                    self.assertIs(caught.exception.code, grpc.StatusCode.UNAUTHENTICATED, token)
-                    self.assertTrue(caught.exception.message)
+                self.assertUnauthenticated(c, token)
+
+    def test_token_from_the_environment(self):
+        # Client() without token= sends $ODESERVE_TOKEN, as odeserve-cli does.
+        with mock.patch.dict(os.environ, {"ODESERVE_TOKEN": self.TOKEN}):
+            with Client(self.server.address) as c:
+                self.assertEqual(c.embed(["a", "b"], model=EMBEDDER, budget=0.5).embeddings.shape[0], 2)
+                self.assertEqual({m.name for m in c.models()}, TEST_MODELS)
+                self.assertTrue(list(c.translate_stream("a", model=TRANSLATOR))[-1].final)
+            with Client(self.server.address, token="") as opted_out:  # '' sends none
+                self.assertUnauthenticated(opted_out, "token='' with $ODESERVE_TOKEN set")
+            with Client(self.server.address, token="wrong-token") as explicit:  # an explicit token wins
+                self.assertUnauthenticated(explicit, "explicit wrong token with $ODESERVE_TOKEN set")
+        with mock.patch.dict(os.environ, {"ODESERVE_TOKEN": "wrong-token"}):
+            with Client(self.server.address) as c:
+                self.assertUnauthenticated(c, "$ODESERVE_TOKEN=wrong-token")
+            with Client(self.server.address, token=self.TOKEN) as explicit:
+                self.assertEqual(len(explicit.models()), len(TEST_MODELS))
+        with mock.patch.dict(os.environ, {"ODESERVE_TOKEN": ""}):  # empty: no token
+            with Client(self.server.address) as c:
+                self.assertUnauthenticated(c, "$ODESERVE_TOKEN empty")
 
 
 @unittest.skipUnless(shutil.which("openssl"), "openssl is needed to make test certificates")
