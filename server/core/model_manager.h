@@ -12,34 +12,10 @@
 #include "absl/status/status.h"
 #include "odeserve/v1/inference.pb.h"
 #include "odeserve/v1/model_config.pb.h"
+#include "server/core/model_loader.h"
 #include "server/metrics/metrics.h"
-#include "server/repository/default_steps.h"
-#include "server/runtime/torch_model.h"
-#include "server/scheduler/model_scheduler.h"
-#include "server/tokenizer/tokenizer.h"
 
 namespace odeserve::core {
-
-/// One loaded model: its config, tokenizer, LibTorch module and scheduler.
-struct Servable {
-  v1::ModelConfig config;
-  v1::QualityProfile profile;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
-  std::shared_ptr<runtime::TorchModel> model;
-  std::unique_ptr<scheduler::ModelScheduler> scheduler;
-  metrics::ModelMetrics* metrics = nullptr;
-  int64_t size_bytes = 0;
-  int output_width = 0;  // embedding dimension or number of labels, as the module produced it
-  std::string device;
-  // What runs: config.compute_precision, or FLOAT32 where bfloat16 would only be emulated.
-  v1::ComputePrecision precision = v1::FLOAT32;
-  // Weight tensors kept in bfloat16 for a bfloat16 model (TorchModel::StoreProductWeightsInBfloat16).
-  int bfloat16_weight_tensors = 0;
-  // Batches run at token lengths that are multiples of this (config, or its default).
-  int pad_to_multiple = 1;
-  // Where config.steps().default_steps (and the decoder's) came from.
-  repository::DefaultStepsSource default_steps_source = repository::DefaultStepsSource::kConfig;
-};
 
 struct ModelEntry {
   std::string name;
@@ -78,17 +54,12 @@ class ModelManager {
   static v1::ModelInfo Describe(const ModelEntry& entry);
 
  private:
-  absl::StatusOr<std::unique_ptr<Servable>> LoadModel(const std::filesystem::path& dir);
-  /// LoadModel with any exception it throws turned into an error status.
+  /// LoadServable with any exception it throws turned into an error status.
   absl::StatusOr<std::unique_ptr<Servable>> LoadModelGuarded(const std::filesystem::path& dir);
 
   ModelManagerOptions options_;
   std::shared_ptr<scheduler::ComputeGate> gate_;
   std::map<std::string, std::unique_ptr<ModelEntry>> models_;
 };
-
-/// scheduler::Solver <-> v1::Solver.
-scheduler::Solver ToSchedulerSolver(v1::Solver solver);
-v1::Solver ToProtoSolver(scheduler::Solver solver);
 
 }  // namespace odeserve::core

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The threaded unit suites under ThreadSanitizer (-fsanitize=thread), in build-tsan/: the
 # scheduler (model queue, batcher, compute gate, continuous batching, cost model), the runtime
-# (torch and translation executors, solvers, threading), the metrics HTTP exposer, the signal
-# wait and the listener watchdog. Run from anywhere; CI runs it after tests/sanitize/run.sh.
+# (torch and translation executors, solvers, threading), the tokenization pool and the core's
+# hand-off to it, the metrics HTTP exposer, the signal wait and the listener watchdog. Run from anywhere; CI runs it after tests/sanitize/run.sh.
 # LibTorch, OpenMP, OpenBLAS, oneDNN, gRPC, protobuf and Abseil are not instrumented: tsan.supp
 # suppresses only reports whose every frame outside odeserve is in one of them, each entry with
 # its reason; any other report fails the run.
@@ -31,8 +31,8 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 cmake -S . -B "$build" -G Ninja -DODESERVE_ENABLE_TESTS=ON -DODESERVE_ENABLE_BENCH=OFF \
   -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
   -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread
-targets=(server_scheduler_test server_runtime_test server_metrics_test server_signal_wait_test
-         server_listener_watchdog_test)
+targets=(server_scheduler_test server_runtime_test server_task_pool_test server_inference_core_test
+         server_metrics_test server_signal_wait_test server_listener_watchdog_test)
 cmake --build "$build" -j"$jobs" --target "${targets[@]}"
 
 # Only the suites built above (the other server suites are single-threaded parsing and
