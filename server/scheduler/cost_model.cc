@@ -63,6 +63,20 @@ CostFeatures SolveRestricted(const std::vector<CostFeatures>& features,
 
 }  // namespace
 
+CostShape WorkShape(int64_t rows, int64_t longest, int steps, Solver solver, int decoder_steps,
+                    int beam_size, int expected_output_tokens) {
+  CostShape w;
+  w.rows = rows;
+  w.padded_tokens = rows * longest;
+  w.token_evaluations = w.padded_tokens * steps * EvaluationsPerStep(solver);
+  if (decoder_steps > 0 && rows > 0) {
+    // Every position runs decoder_steps field calls over all of the call's hypotheses.
+    w.decoder_calls = int64_t{expected_output_tokens} * decoder_steps;
+    w.decoder_row_evaluations = w.decoder_calls * rows * beam_size;
+  }
+  return w;
+}
+
 CostFeatures FitNonNegative(const std::vector<CostFeatures>& features,
                             const std::vector<double>& targets, const std::vector<double>& weights) {
   std::array<bool, N> active;

@@ -15,6 +15,8 @@
 #include <mutex>
 #include <vector>
 
+#include "server/scheduler/executor.h"
+
 namespace odeserve::scheduler {
 
 /// The work in a batch, as the cost model sees it.
@@ -26,6 +28,11 @@ struct CostShape {
   int64_t decoder_calls = 0;
   int64_t decoder_row_evaluations = 0;
 };
+
+/// The work of `rows` rows padded to `longest` tokens, run with these choices (translation:
+/// `expected_output_tokens` positions of `decoder_steps` over rows x `beam_size` hypotheses).
+CostShape WorkShape(int64_t rows, int64_t longest, int steps, Solver solver, int decoder_steps,
+                    int beam_size, int expected_output_tokens);
 
 struct CostSample {
   CostShape shape;

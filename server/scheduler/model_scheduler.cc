@@ -1,3 +1,4 @@
+// One model's queue and batcher (see model_scheduler.h).
 #include "server/scheduler/model_scheduler.h"
 
 #include <algorithm>
@@ -6,7 +7,6 @@
 #include <cmath>
 #include <future>
 #include <map>
-#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -37,48 +37,10 @@ void Accumulate(CostShape& a, const CostShape& b, int sign) {
   a.decoder_row_evaluations += sign * b.decoder_row_evaluations;
 }
 
-// The work of `rows` rows padded to `longest` tokens, run with these choices.
-CostShape Work(int64_t rows, int64_t longest, int steps, Solver solver, int decoder_steps,
-               int beam_size, int expected_output_tokens) {
-  CostShape w;
-  w.rows = rows;
-  w.padded_tokens = rows * longest;
-  w.token_evaluations = w.padded_tokens * steps * EvaluationsPerStep(solver);
-  if (decoder_steps > 0 && rows > 0) {
-    // Every position runs decoder_steps field calls over all of the call's hypotheses.
-    w.decoder_calls = int64_t{expected_output_tokens} * decoder_steps;
-    w.decoder_row_evaluations = w.decoder_calls * rows * beam_size;
-  }
-  return w;
-}
-
 }  // namespace
 
 std::string BatcherThreadName(std::string_view model_name) {
   return ThreadNameFor(std::string("sched:").append(model_name));
-}
-
-void ComputeGate::Acquire() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  const uint64_t ticket = next_ticket_++;
-  cv_.wait(lock, [&] { return free_ > 0 && ticket == serving_ticket_; });
-  --free_;
-  ++serving_ticket_;
-  lock.unlock();
-  cv_.notify_all();  // the next ticket may take a slot that is still free
-}
-
-bool ComputeGate::HasWaiters() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return next_ticket_ != serving_ticket_;  // tickets handed out and not yet granted
-}
-
-void ComputeGate::Release() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++free_;
-  }
-  cv_.notify_all();  // only the oldest ticket proceeds; the others wait again
 }
 
 // A queued call. A call with more rows than one batch may hold is taken a slice at a time
@@ -102,9 +64,9 @@ struct ModelScheduler::Entry {
   size_t remaining_rows() const { return item->rows.size() - next_row; }
   /// The work of its rows still queued, as the cost model counts it.
   CostShape remaining_work() const {
-    return Work(static_cast<int64_t>(remaining_rows()), static_cast<int64_t>(longest), item->steps,
-                item->solver, item->decode.decoder_steps, item->decode.beam_size,
-                item->expected_output_tokens);
+    return WorkShape(static_cast<int64_t>(remaining_rows()), static_cast<int64_t>(longest), item->steps,
+                     item->solver, item->decode.decoder_steps, item->decode.beam_size,
+                     item->expected_output_tokens);
   }
 };
 
@@ -145,27 +107,14 @@ int ModelScheduler::queued_rows() const {
   return static_cast<int>(queued_.rows);
 }
 
-absl::Duration ModelScheduler::PredictCompute(const PlanRequest& request, int steps, Solver solver,
-                                              int decoder_steps, int64_t shared_padded_tokens) const {
-  const int64_t longest = Padded(request.padded_tokens / std::max(1, request.rows));
-  CostShape work = Work(request.rows, longest, steps, solver, decoder_steps, request.beam_size,
-                        request.expected_output_tokens);
-  // Every step also evaluates the field over the rows it shares the batch with.
-  work.token_evaluations += shared_padded_tokens * steps * EvaluationsPerStep(solver);
-  return absl::Seconds(cost_model_.Predict(work));
-}
-
 bool ModelScheduler::TakesJoinsAt(int iteration, int steps_left) const {
   return steps_left >= kMinStepsLeftToJoin && iteration < kJoinWindowStepsFactor * options_.max_steps &&
          !(options_.gate && options_.gate->HasWaiters());
 }
 
-bool ModelScheduler::JoinsNextBoundaryLocked(Solver solver) const {
+bool ModelScheduler::JoinsNextBoundaryLocked() const {
   // The join callback's rules at that boundary, one step from now.
-  if (!running_.joinable || running_.solver != solver ||
-      !TakesJoinsAt(running_.iteration + 1, running_.steps_left - 1)) {
-    return false;
-  }
+  if (!running_.joinable || !TakesJoinsAt(running_.iteration + 1, running_.steps_left - 1)) return false;
   // A queued call that needs another solver closes the batch before a later call could join.
   for (const auto& entry : queue_) {
     if (!entry->completed && entry->item->solver != running_.solver) return false;
@@ -173,179 +122,33 @@ bool ModelScheduler::JoinsNextBoundaryLocked(Solver solver) const {
   return true;
 }
 
-QueueForecast ModelScheduler::ForecastQueue(const PlanRequest& request, Solver solver) const {
+QueueSnapshot ModelScheduler::SnapshotQueue() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  const absl::Time now = absl::Now();
-  if (JoinsNextBoundaryLocked(solver)) {
-    // Joins at the next step boundary if it fits beside the running rows and the rows queued
-    // ahead of it (all of which join there too).
-    const int64_t rows = running_.rows + queued_.rows + request.rows;
-    const int64_t length = std::max(running_.padded_length, Padded(request.padded_tokens / std::max(1, request.rows)));
-    if (rows <= options_.max_batch_size && rows * length <= options_.max_batch_tokens) {
-      QueueForecast forecast;
-      forecast.wait = running_.step;
-      forecast.shared_padded_tokens = (running_.rows + queued_.rows) * length;
-      return forecast;
+  QueueSnapshot snapshot;
+  if (JoinsNextBoundaryLocked()) {
+    snapshot.joinable = QueueSnapshot::JoinableBatch{running_.solver, running_.rows, running_.padded_length,
+                                                     running_.step};
+  }
+  snapshot.running_left = std::max(absl::ZeroDuration(), running_until_ - absl::Now());
+  snapshot.queued = queued_;
+  if (queued_.decoder_calls > 0) {
+    for (const auto& entry : queue_) {
+      snapshot.longest_queued_decoder_calls =
+          std::max(snapshot.longest_queued_decoder_calls, entry->remaining_work().decoder_calls);
     }
   }
-  absl::Duration wait = std::max(absl::ZeroDuration(), running_until_ - now);
-  if (queued_.rows > 0) {
-    CostShape queued = queued_;
-    queued.batches = (queued_.rows + options_.max_batch_size - 1) / options_.max_batch_size;
-    if (queued.decoder_calls > 0) {
-      // Calls that share a batch share its decoder calls: each batch runs about as many as its
-      // longest call.
-      int64_t longest_decode = 0;
-      for (const auto& entry : queue_) longest_decode = std::max(longest_decode, entry->remaining_work().decoder_calls);
-      queued.decoder_calls = queued.batches * longest_decode;
-    }
-    wait += absl::Seconds(cost_model_.Predict(queued));
-  }
-  // A batch that does not fill waits this long for company before it starts, unless the call
-  // finds the model idle and it starts at once (SchedulerOptions::queue_delay_when_idle).
-  const bool starts_at_once = !waits_for_company_ && queue_.empty() && running_until_ == absl::InfinitePast();
-  return {wait + (starts_at_once ? absl::ZeroDuration() : options_.max_queue_delay), 0};
+  snapshot.starts_at_once = !waits_for_company_ && queue_.empty() && running_until_ == absl::InfinitePast();
+  snapshot.latency_inflation = latency_inflation_;
+  return snapshot;
+}
+
+QueueForecast ModelScheduler::ForecastQueue(const PlanRequest& request, Solver solver) const {
+  return scheduler::ForecastQueue(request, solver, SnapshotQueue(), cost_model_, options_);
 }
 
 absl::StatusOr<Plan> ModelScheduler::MakePlan(const PlanRequest& request) const {
-  Plan plan;
-  // Euler unless the model does not allow it (validation only asks for some solver).
-  const bool euler_allowed =
-      std::find(options_.solvers.begin(), options_.solvers.end(), Solver::kEuler) != options_.solvers.end();
-  const Solver default_solver =
-      request.solver.value_or(euler_allowed || options_.solvers.empty() ? Solver::kEuler : options_.solvers.front());
-  const bool decodes = options_.max_decoder_steps > 0;
-  // The queue ahead depends on the solver: rows join a running batch only with its solver.
-  std::map<Solver, QueueForecast> forecasts;
-  auto forecast = [&](Solver solver) -> const QueueForecast& {
-    auto it = forecasts.find(solver);
-    if (it == forecasts.end()) it = forecasts.emplace(solver, ForecastQueue(request, solver)).first;
-    return it->second;
-  };
-  auto compute = [&](int steps, Solver solver, int decoder_steps) {
-    return PredictCompute(request, steps, solver, decoder_steps, forecast(solver).shared_padded_tokens);
-  };
-  const double inflation = request.budget.has_value() ? LatencyInflation() : 1.0;
-  auto finish = [&](int steps, Solver solver, int decoder_steps, StepChoiceKind choice) {
-    plan.steps = steps;
-    plan.solver = solver;
-    plan.decoder_steps = decoder_steps;
-    plan.choice = choice;
-    plan.predicted_queue = forecast(solver).wait;
-    const absl::Duration predicted_compute = compute(steps, solver, decoder_steps);
-    plan.predicted_total = plan.predicted_queue + predicted_compute;
-    if (request.budget.has_value()) {
-      // A call that fits may wait for company while its slack lasts; one that will be late
-      // anyway starts at once.
-      const bool fits = plan.predicted_total * inflation <= *request.budget;
-      plan.start_within = fits ? *request.budget - predicted_compute * inflation : absl::ZeroDuration();
-    }
-    return plan;
-  };
-  // Translation: an explicit decoder step count is kept; the encoder's follows the same rules.
-  const int fixed_decoder = decodes ? request.decoder_steps : 0;
-  const bool fully_requested = request.steps > 0 && (!decodes || fixed_decoder > 0);
-  // The refusal of a plan predicted to miss the budget (on_budget_miss=REFUSE).
-  auto refuse = [&](const Plan& late, const char* what) {
-    const absl::Duration left = *request.budget;
-    return absl::DeadlineExceededError(absl::StrCat(
-        "latency budget cannot be met: ",
-        left > absl::ZeroDuration() ? absl::StrCat(Ms(left), " of it remained") : std::string("none of it remained"),
-        " when the call was planned, and ", what, " (", SolverName(late.solver), ", ", late.steps, " steps",
-        decodes ? absl::StrCat(", ", late.decoder_steps, " decoder steps") : std::string(),
-        ") is predicted to take ", Ms(late.predicted_total), " including ", Ms(late.predicted_queue),
-        " of queueing (x", absl::StrFormat("%.2f", inflation),
-        " safety factor from recent calls); refused without computing (on_budget_miss=REFUSE)"));
-  };
-  if (fully_requested || (request.steps > 0 && !request.budget.has_value())) {
-    const Plan requested = finish(request.steps, default_solver,
-                                  fixed_decoder > 0 ? fixed_decoder : options_.default_decoder_steps,
-                                  StepChoiceKind::kRequested);
-    // Exact steps are kept whatever the budget, unless the caller would rather be refused.
-    if (request.budget.has_value() && request.miss_policy == MissPolicy::kRefuse &&
-        requested.predicted_total * inflation > *request.budget) {
-      return refuse(requested, "the requested choice");
-    }
-    return requested;
-  }
-  if (!request.budget.has_value()) {
-    return finish(options_.default_steps, default_solver,
-                  fixed_decoder > 0 ? fixed_decoder : options_.default_decoder_steps,
-                  fixed_decoder > 0 ? StepChoiceKind::kRequested : StepChoiceKind::kModelDefault);
-  }
-
-  const int floor = std::max(options_.min_steps, request.min_steps);
-  auto decoder_ok = [&](int decoder_steps) {
-    if (!decodes) return true;
-    if (fixed_decoder > 0) return decoder_steps == fixed_decoder;
-    return decoder_steps >= std::max(options_.min_decoder_steps, request.min_steps) &&
-           decoder_steps <= options_.max_decoder_steps;
-  };
-  auto encoder_ok = [&](int steps) {
-    return request.steps > 0 ? steps == request.steps : steps >= floor && steps <= options_.max_steps;
-  };
-  std::vector<StepCandidate> candidates;
-  for (const auto& c : options_.candidates) {
-    const bool solver_ok = !request.solver.has_value() || c.solver == *request.solver;
-    const bool allowed = std::find(options_.solvers.begin(), options_.solvers.end(), c.solver) !=
-                         options_.solvers.end();
-    if (solver_ok && allowed && encoder_ok(c.steps) && decoder_ok(c.decoder_steps)) candidates.push_back(c);
-  }
-  if (candidates.empty()) {  // no measured profile in range: assume quality grows with steps
-    for (int steps = floor; steps <= options_.max_steps; ++steps) {
-      if (!encoder_ok(steps)) continue;
-      if (!decodes) {
-        candidates.push_back({default_solver, steps, static_cast<double>(steps), 0});
-        continue;
-      }
-      for (int d = options_.min_decoder_steps; d <= options_.max_decoder_steps; ++d) {
-        if (decoder_ok(d)) candidates.push_back({default_solver, steps, static_cast<double>(steps + d), d});
-      }
-    }
-  }
-  if (candidates.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "no allowed step choice for model '", options_.model_name, "': compute.min_steps ",
-        request.min_steps, " is above the model's step range"));
-  }
-  const absl::Duration budget = *request.budget;
-  // Predicted queue + compute of each candidate, computed once (each is a cost-model call).
-  std::vector<absl::Duration> totals;
-  for (const auto& c : candidates) totals.push_back(forecast(c.solver).wait + compute(c.steps, c.solver, c.decoder_steps));
-  size_t cheapest_index = 0;
-  std::optional<double> best_quality;  // the best quality that fits the budget
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    if (totals[i] < totals[cheapest_index]) cheapest_index = i;
-    if (totals[i] * inflation > budget) continue;
-    best_quality = std::max(best_quality.value_or(candidates[i].quality), candidates[i].quality);
-  }
-  // Of the fitting candidates as good as the best (within the tolerance), the cheapest. Between
-  // equally cheap predictions, fewer field evaluations first: every evaluation costs something,
-  // and a tie only means the fit put a zero on it (a tiny model on a noisy machine); then the
-  // better.
-  auto evaluations = [](const StepCandidate& c) { return c.steps * EvaluationsPerStep(c.solver) + c.decoder_steps; };
-  std::optional<size_t> best_index;
-  for (size_t i = 0; best_quality && i < candidates.size(); ++i) {
-    if (totals[i] * inflation > budget) continue;
-    if (candidates[i].quality < *best_quality - options_.quality_tolerance) continue;
-    if (!best_index) {
-      best_index = i;
-      continue;
-    }
-    const StepCandidate& c = candidates[i];
-    const StepCandidate& b = candidates[*best_index];
-    if (std::make_tuple(totals[i], evaluations(c), -c.quality) < std::make_tuple(totals[*best_index], evaluations(b), -b.quality)) {
-      best_index = i;
-    }
-  }
-  const StepCandidate* best = best_index ? &candidates[*best_index] : nullptr;
-  const StepCandidate* cheapest = &candidates[cheapest_index];
-  if (best != nullptr) return finish(best->steps, best->solver, best->decoder_steps, StepChoiceKind::kBudget);
-
-  const Plan floor_plan =
-      finish(cheapest->steps, cheapest->solver, cheapest->decoder_steps, StepChoiceKind::kBudgetFloor);
-  if (request.miss_policy == MissPolicy::kRefuse) return refuse(floor_plan, "the cheapest allowed choice");
-  return floor_plan;
+  // Planned outside the lock: the planner calls the cost model once per candidate.
+  return PlanSteps(request, SnapshotQueue(), cost_model_, options_);
 }
 
 void ModelScheduler::ObserveCallLatency(absl::Duration predicted, absl::Duration measured) {
@@ -616,8 +419,8 @@ double ModelScheduler::PredictBatchSeconds(const std::vector<Slice>& slices) con
     for (size_t r = slice.begin; r < slice.end; ++r) longest = std::max(longest, item.rows[r].ids.size());
     evaluations = std::max<int64_t>(evaluations, item.steps * EvaluationsPerStep(item.solver));
     if (item.decode.decoder_steps > 0) {
-      const CostShape w = Work(slice_rows, 0, 0, item.solver, item.decode.decoder_steps,
-                               item.decode.beam_size, item.expected_output_tokens);
+      const CostShape w = WorkShape(slice_rows, 0, 0, item.solver, item.decode.decoder_steps,
+                                    item.decode.beam_size, item.expected_output_tokens);
       CostShape& group = decoder_groups[{item.decode.decoder_steps, item.decode.beam_size}];
       group.decoder_calls = std::max(group.decoder_calls, w.decoder_calls);
       group.decoder_row_evaluations += w.decoder_row_evaluations;

@@ -1,13 +1,13 @@
 #pragma once
-// One model's scheduler: a bounded queue, a dynamic batcher and the per-request step choice.
+// One model's queue and dynamic batcher.
 //
-// Requests are planned first (Plan: which solver and how many steps, from the latency budget,
-// the cost model and the queue ahead), then submitted. The batcher thread waits up to
+// Requests are planned first (Plan: which solver and how many steps, by the step planner in
+// step_planner.h from a snapshot of this queue), then submitted. The batcher thread waits up to
 // max_queue_delay for a batch to fill, drops cancelled and expired work before spending compute
 // on it, and runs rows with different step counts in one batch; each request completes the
 // moment its own rows are done. With continuous batching, queued rows also join the running
 // batch at its next step boundary, so a call that needs one step never waits for another
-// call's last step.
+// call's last step. Batches of all models share a ComputeGate (compute_gate.h).
 
 #include <atomic>
 #include <condition_variable>
@@ -24,42 +24,16 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/scheduler/compute_gate.h"
 #include "server/scheduler/cost_model.h"
 #include "server/scheduler/executor.h"
+#include "server/scheduler/scheduler_options.h"
+#include "server/scheduler/step_planner.h"
 
 namespace odeserve::scheduler {
 
-/// One measured (solver, steps) point: higher quality is better.
-struct StepCandidate {
-  Solver solver = Solver::kEuler;
-  int steps = 1;
-  double quality = 0;
-  int decoder_steps = 0;  // translation: the decoder's steps (0 for encoder-only models)
-};
-
 /// The batcher thread's name: "sched:" and the model's name, cut to what Linux keeps (15 bytes).
 std::string BatcherThreadName(std::string_view model_name);
-
-/// Bounds the number of batches computing at once across all models (the CPU has few cores and
-/// LibTorch already uses all of them inside one batch). Slots go to waiters in arrival order: a
-/// batcher that releases and at once acquires again queues behind models already waiting, so a
-/// busy model cannot keep the slot from the others.
-class ComputeGate {
- public:
-  explicit ComputeGate(int slots) : free_(slots) {}
-  void Acquire();
-  void Release();
-  /// Whether a batch (of another model) is waiting for a slot: a running batch stops taking
-  /// in new rows then, so that models take turns.
-  bool HasWaiters() const;
-
- private:
-  mutable std::mutex mutex_;
-  std::condition_variable cv_;
-  int free_;
-  uint64_t next_ticket_ = 0;    // handed to the next Acquire
-  uint64_t serving_ticket_ = 0;  // the oldest ticket not yet granted a slot
-};
 
 struct BatchObservation {
   int rows = 0;                    // every row the run computed, joined ones included
@@ -87,83 +61,6 @@ inline constexpr int kJoinWindowStepsFactor = 4;
 /// step costs a queued call at most that step of waiting, while a join costs every running row
 /// the joiner's input stage (measured: joins into 1-2 step batches made calls slower).
 inline constexpr int kMinStepsLeftToJoin = 2;
-
-struct SchedulerOptions {
-  std::string model_name;
-  int max_batch_size = 32;
-  int max_batch_tokens = 8192;
-  absl::Duration max_queue_delay = absl::Milliseconds(2);
-  // False: a call that finds the model idle (its last batch ran one call, and no call arrived
-  // while it ran) starts at once instead of waiting max_queue_delay for company. True here, the
-  // plain batcher; the server passes config.pbtxt's batching.queue_delay_when_idle (unset = false).
-  bool queue_delay_when_idle = true;
-  int max_queue_size = 1024;  // queued rows
-  // Batches run padded to a multiple of this many tokens (PaddedLength), at most
-  // max_sequence_length: costs and max_batch_tokens count the padded length.
-  int pad_to_multiple = 1;
-  int max_sequence_length = 0;
-  // Continuous batching: queued rows join the running batch at a step boundary (when the
-  // executor AcceptsJoins). A batch stops taking rows after kJoinWindowStepsFactor x max_steps
-  // steps, when a queued call cannot join it (another solver), when it has fewer than
-  // kMinStepsLeftToJoin steps left, or when another model waits for the compute gate; it then
-  // runs its rows to the end.
-  bool continuous_batching = false;
-  int min_steps = 1;
-  int max_steps = 1;
-  int default_steps = 1;
-  // Translation models: the decoder's step range (all 0 for encoder-only models).
-  int min_decoder_steps = 0;
-  int max_decoder_steps = 0;
-  int default_decoder_steps = 0;
-  std::vector<Solver> solvers{Solver::kEuler};
-  /// Measured quality per (solver, steps); empty = Euler at every step count, quality = steps.
-  std::vector<StepCandidate> candidates;
-  /// Budgeted choices within this much quality of the best affordable one count as equal; the
-  /// cheapest of them is taken (config.pbtxt quality_tolerance).
-  double quality_tolerance = 0;
-  std::shared_ptr<ComputeGate> gate;       // optional
-  SchedulerObserver* observer = nullptr;   // optional, must outlive the scheduler (or SetObserver)
-};
-
-enum class MissPolicy { kServeFloor, kRefuse };
-enum class StepChoiceKind { kRequested, kModelDefault, kBudget, kBudgetFloor };
-
-struct PlanRequest {
-  int rows = 1;
-  int64_t padded_tokens = 1;               // rows x longest row
-  int steps = 0;                           // > 0: exact (already validated)
-  std::optional<Solver> solver;
-  std::optional<absl::Duration> budget;    // remaining time the call may take
-  int min_steps = 0;
-  MissPolicy miss_policy = MissPolicy::kServeFloor;
-  // Translation: requested decoder steps (> 0: exact), beams, and the output length the cost
-  // model should expect for the longest input (0 for encoder-only models).
-  int decoder_steps = 0;
-  int beam_size = 1;
-  int expected_output_tokens = 0;
-};
-
-/// What a request submitted now should expect before its rows compute.
-struct QueueForecast {
-  absl::Duration wait;             // until its rows start computing
-  // Joining the running batch: the padded tokens of the rows it will step beside (each of its
-  // steps then costs their share too); 0 when it starts a batch of its own.
-  int64_t shared_padded_tokens = 0;
-};
-
-struct Plan {
-  int steps = 1;
-  int decoder_steps = 0;
-  Solver solver = Solver::kEuler;
-  StepChoiceKind choice = StepChoiceKind::kModelDefault;
-  absl::Duration predicted_queue;
-  absl::Duration predicted_total;          // queue + compute
-  /// Calls with a budget (explicit steps included): how long after planning its batch may start
-  /// and still meet the budget, the compute inflated by the safety factor; zero when the plan
-  /// does not fit the budget (a call that will be late never waits for company). Infinite
-  /// without a budget.
-  absl::Duration start_within = absl::InfiniteDuration();
-};
 
 struct WorkResult {
   std::vector<std::vector<float>> outputs;  // one per row, in submission order
@@ -197,8 +94,8 @@ class ModelScheduler {
   ModelScheduler(SchedulerOptions options, std::shared_ptr<BatchExecutor> executor);
   ~ModelScheduler();  // Stop()s
 
-  /// Chooses solver and steps. DeadlineExceeded when the budget cannot be met and the policy
-  /// is kRefuse (nothing is queued or computed).
+  /// Chooses solver and steps (PlanSteps, over a snapshot of this queue). DeadlineExceeded when
+  /// the budget cannot be met and the policy is kRefuse (nothing is queued or computed).
   absl::StatusOr<Plan> MakePlan(const PlanRequest& request) const;
 
   /// Queues `item`. On OK the scheduler owns it and calls item->done exactly once; on error
@@ -266,9 +163,11 @@ class ModelScheduler {
   /// Whether a running batch takes joins at the boundary after step `iteration`, with
   /// `steps_left` steps to go (the join window, kMinStepsLeftToJoin, the compute gate).
   bool TakesJoinsAt(int iteration, int steps_left) const;
-  /// Whether a call with `solver` queued now would join the running batch at its next step
+  /// Whether a call queued now with the running batch's solver would join it at its next step
   /// boundary (room aside): TakesJoinsAt one step ahead, and no other solver queued.
-  bool JoinsNextBoundaryLocked(Solver solver) const;
+  bool JoinsNextBoundaryLocked() const;
+  /// What the step planner needs of the queue and the running batch, as of now (takes the lock).
+  QueueSnapshot SnapshotQueue() const;
   /// Completes entries dropped from the queue (cancelled or past their deadline).
   void FailDropped(const std::vector<std::shared_ptr<Entry>>& dropped);
   /// The cost model's prediction for a batch of these slices (the longest row pads all).
@@ -283,11 +182,6 @@ class ModelScheduler {
   /// Acquires the compute gate, drops calls that went meanwhile, and runs the rest.
   void RunBatch(std::vector<Slice> slices);
   void Complete(Entry& entry, absl::StatusOr<WorkResult> result);
-  /// Predicted compute of a call: `rows` x `tokens` padded, encoder `steps` of `solver`, and
-  /// (translation) `expected_output` positions of `decoder_steps` over rows x beams; each step
-  /// also pays for `shared_padded_tokens` of other rows in its batch.
-  absl::Duration PredictCompute(const PlanRequest& request, int steps, Solver solver,
-                                int decoder_steps, int64_t shared_padded_tokens) const;
 
   const SchedulerOptions options_;
   std::atomic<SchedulerObserver*> observer_;

@@ -22,6 +22,7 @@
 #include "server/common/thread_name.h"
 #include "server/scheduler/cost_model.h"
 #include "server/scheduler/model_scheduler.h"
+#include "tests/server/scheduler_test_support.h"
 
 namespace odeserve::scheduler {
 namespace {
@@ -226,20 +227,6 @@ std::unique_ptr<WorkItem> Item(std::vector<tokenizer::EncodedText> rows, int ste
   item->solver = solver;
   item->done = completion.Callback();
   return item;
-}
-
-SchedulerOptions Options() {
-  SchedulerOptions options;
-  options.model_name = "fake-model";
-  options.max_batch_size = 8;
-  options.max_batch_tokens = 1024;
-  options.max_queue_delay = absl::Milliseconds(1);
-  options.max_queue_size = 64;
-  options.min_steps = 1;
-  options.max_steps = 8;
-  options.default_steps = 4;
-  options.solvers = {Solver::kEuler, Solver::kHeun, Solver::kRk4};
-  return options;
 }
 
 // Options() with a queue of `max_queue_size` rows that waits up to `max_queue_delay` for company.
@@ -1287,22 +1274,6 @@ TEST(ModelScheduler, ExecutorErrorReachesEveryItemOfTheBatch) {
 }
 
 // ---- Planning --------------------------------------------------------------------------------
-
-// Synthetic machine: 1 ms per batch + 100 us per token evaluation.
-double SyntheticSeconds(int64_t rows, int64_t tokens, int64_t token_evaluations) {
-  return 1e-3 + 1e-4 * static_cast<double>(token_evaluations);
-}
-
-// Quality: Heun beats Euler at equal evaluations, RK4 saturates lower (as on the tiny models).
-std::vector<StepCandidate> Candidates() {
-  std::vector<StepCandidate> candidates;
-  for (int n = 1; n <= 8; ++n) {
-    candidates.push_back({Solver::kEuler, n, 0.50 + 0.05 * n, 0});
-    candidates.push_back({Solver::kHeun, n, 0.60 + 0.05 * n, 0});
-    candidates.push_back({Solver::kRk4, n, 0.70 + 0.03 * n, 0});
-  }
-  return candidates;
-}
 
 class Planning : public ::testing::Test {
  protected:
