@@ -21,6 +21,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/server_posix.h>
 #include <torch/version.h>
 
 #include "absl/flags/flag.h"
@@ -33,6 +34,7 @@
 #include "server/core/inference_core.h"
 #include "server/core/model_manager.h"
 #include "server/metrics/metrics.h"
+#include "server/rpc/connection_acceptor.h"
 #include "server/rpc/inference_service.h"
 #include "server/rpc/listener_watchdog.h"
 #include "server/rpc/malformed_request.h"
@@ -95,10 +97,10 @@ ABSL_FLAG(int, max_concurrent_streams, 1024,
           "Calls one client connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); "
           "a client queues the rest itself.");
 ABSL_FLAG(absl::Duration, listener_check_interval, absl::Seconds(5),
-          "How often a loopback connection checks that the gRPC listener still accepts (0 = never). "
-          "After 3 failed checks in a row the server turns NOT_SERVING and exits 3, for its "
+          "With TLS: how often a loopback connection checks that gRPC's listener still accepts (0 = "
+          "never). After 3 failed checks in a row the server turns NOT_SERVING and exits 3, for its "
           "supervisor to restart it (gRPC 1.51 stops accepting for good after running out of file "
-          "descriptors).");
+          "descriptors). A plaintext port is accepted by odeserve itself, which never stops.");
 ABSL_FLAG(std::string, port_file, "",
           "If set, write 'grpc_port=N\\nmetrics_port=M\\n' here once serving (for tests).");
 
@@ -215,7 +217,22 @@ int Run() {
   grpc::ServerBuilder builder;
   int grpc_port = 0;
   const std::string grpc_address = absl::StrCat(absl::GetFlag(FLAGS_grpc_address), ":", absl::GetFlag(FLAGS_grpc_port));
-  builder.AddListeningPort(grpc_address, *credentials, &grpc_port);
+  // Plaintext: odeserve accepts the connections and hands them to gRPC, since gRPC 1.51's own
+  // listener stops accepting for good once descriptors ran out. TLS needs gRPC's listener (1.51
+  // adds secure connections from a descriptor to no server); the listener check guards it.
+  const bool plaintext = absl::GetFlag(FLAGS_tls_cert).empty();
+  std::unique_ptr<rpc::ConnectionAcceptor> acceptor;
+  if (plaintext) {
+    auto listening = rpc::ConnectionAcceptor::Listen({absl::GetFlag(FLAGS_grpc_address), absl::GetFlag(FLAGS_grpc_port)});
+    if (!listening.ok()) {
+      LogError(absl::StrCat("cannot listen for gRPC on ", grpc_address, ": ", listening.status().message()));
+      return 1;
+    }
+    acceptor = *std::move(listening);
+    grpc_port = acceptor->port();
+  } else {
+    builder.AddListeningPort(grpc_address, *credentials, &grpc_port);
+  }
   // gRPC sets SO_REUSEPORT by default, so a second server on a busy port would start and share
   // (steal) its connections; without it the bind fails and start-up stops with exit 1.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -238,15 +255,17 @@ int Run() {
     LogError(absl::StrCat("cannot listen for gRPC on ", grpc_address, " (is the port in use?)"));
     return 1;
   }
+  if (acceptor) acceptor->Start([server = server.get()](int fd) { grpc::AddInsecureChannelFromFd(server, fd); });
   auto* health = server->GetHealthCheckService();
   health->SetServingStatus("", true);
   health->SetServingStatus(kServiceName, false);
   LogInfo(absl::StrCat("gRPC listening on ", absl::GetFlag(FLAGS_grpc_address), ":", grpc_port,
                        "; loading models from ", repository.string()));
-  // A listener that stopped accepting (gRPC 1.51, after running out of descriptors) never
-  // recovers: say so, and exit non-zero for the supervisor to restart the server.
+  // gRPC's own listener (TLS) that stopped accepting (1.51, after running out of descriptors)
+  // never recovers: say so, and exit non-zero for the supervisor to restart the server.
   std::unique_ptr<rpc::ListenerWatchdog> listener_watchdog;
-  if (const absl::Duration interval = absl::GetFlag(FLAGS_listener_check_interval); interval > absl::ZeroDuration()) {
+  if (const absl::Duration interval = absl::GetFlag(FLAGS_listener_check_interval);
+      !plaintext && interval > absl::ZeroDuration()) {
     rpc::ListenerCheckOptions check{grpc_port, rpc::FindListeningSockets(grpc_port),
                                     rpc::ProbeHostFor(absl::GetFlag(FLAGS_grpc_address))};
     listener_watchdog = std::make_unique<rpc::ListenerWatchdog>(

@@ -1,8 +1,9 @@
 #pragma once
 // File-descriptor defences of the gRPC listener. gRPC 1.51 stops accepting for good after one
 // failed accept(2) (EMFILE when the process runs out of file descriptors) and has no cap on
-// connections, so the server raises its own descriptor limit at start and watches that its
-// listener still accepts: a server that accepts nothing must not live on looking healthy.
+// connections, so the server raises its own descriptor limit at start and, on a TLS port (where
+// gRPC's own listener accepts; a plaintext port has server/rpc/connection_acceptor), watches that
+// the listener still accepts: a server that accepts nothing must not live on looking healthy.
 
 #include <condition_variable>
 #include <functional>
