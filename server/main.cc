@@ -91,6 +91,9 @@ ABSL_FLAG(int, tokenization_threads, 0,
           "Threads that tokenize and plan calls, off gRPC's own threads (0 = one per CPU core).");
 ABSL_FLAG(int64_t, max_tokenization_queue, 4096,
           "Calls that may wait for a tokenization thread; one more is refused with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, completion_threads, 1,
+          "Threads that fill the responses of finished calls, record their metrics and answer them "
+          "(0 = each model's batcher thread, between its steps).");
 ABSL_FLAG(int64_t, max_request_bytes, 4 << 20,
           "The largest request message gRPC receives (RESOURCE_EXHAUSTED above it, before parsing).");
 ABSL_FLAG(int, max_concurrent_streams, 1024,
@@ -187,6 +190,11 @@ int Run() {
     return 1;
   }
   if (tokenization_threads == 0) tokenization_threads = std::max(1u, std::thread::hardware_concurrency());
+  const int completion_threads = absl::GetFlag(FLAGS_completion_threads);
+  if (completion_threads < 0) {
+    LogError(absl::StrCat("--completion_threads must be >= 0, got ", completion_threads));
+    return 1;
+  }
 
   std::filesystem::path repository = absl::GetFlag(FLAGS_model_repository);
   if (repository.empty()) repository = DefaultRepository();
@@ -194,7 +202,7 @@ int Run() {
                              absl::GetFlag(FLAGS_calibrate), &metrics});
   core::InferenceCore inference(&models, &metrics,
                                 {budget_reserve, max_text_bytes, max_call_work, tokenization_threads,
-                                 static_cast<size_t>(max_tokenization_queue)});
+                                 static_cast<size_t>(max_tokenization_queue), completion_threads});
   std::unique_ptr<rpc::BearerTokenAuth> auth;
   if (const std::string tokens = absl::GetFlag(FLAGS_auth_tokens_file); !tokens.empty()) {
     auto loaded = rpc::BearerTokenAuth::FromFile(tokens);

@@ -18,6 +18,10 @@
 namespace odeserve::core {
 namespace {
 
+// Completions waiting for a completion thread; past it a batcher completes calls itself. Every
+// waiting completion is a call already computed, so this only bounds the queue's memory.
+constexpr size_t kMaxWaitingCompletions = 65536;
+
 using google::protobuf::util::TimeUtil;
 
 google::protobuf::Duration ToProto(absl::Duration d) {
@@ -134,6 +138,10 @@ InferenceCore::InferenceCore(ModelManager* models, metrics::Metrics* metrics, In
     : models_(models),
       metrics_(metrics),
       options_(options),
+      completion_(options.completion_threads > 0
+                      ? std::make_unique<TaskPool>(TaskPoolOptions{"odeserve-answer", options.completion_threads,
+                                                                   kMaxWaitingCompletions})
+                      : nullptr),
       tokenization_(std::make_unique<TaskPool>(
           TaskPoolOptions{"odeserve-tokens", options.tokenization_threads, options.max_tokenization_queue})) {}
 
@@ -321,8 +329,8 @@ void InferenceCore::Prepare(PendingCall pending) {
   const absl::Time received = call.received;
   const Servable* servable = &s;
   const absl::Duration predicted = spent + plan.predicted_total;
-  item->done = [servable, report, received, budget, tokens, predicted, fill = std::move(pending.fill),
-                done](absl::StatusOr<scheduler::WorkResult> result) mutable {
+  auto finish = [servable, report, received, budget, tokens, predicted, fill = std::move(pending.fill),
+                 done](absl::StatusOr<scheduler::WorkResult> result) mutable {
     if (!result.ok()) {
       // Expired in the queue or mid-compute: the worst kind of miss (a cancelled call is the
       // client's choice, not a budget outcome).
@@ -343,6 +351,19 @@ void InferenceCore::Prepare(PendingCall pending) {
     if (budget) servable->metrics->ObserveBudget(met ? "met" : "missed");
     done(absl::OkStatus());
   };
+  if (completion_ == nullptr) {
+    item->done = std::move(finish);
+  } else {
+    // While the batcher has more to do (rows still computing, calls queued), the response, the
+    // metrics and the answer are made on a completion thread, so that they never wait for them.
+    // Otherwise the batcher answers at once: the hand-off costs a lone call about 0.2 ms.
+    item->done = [pool = completion_.get(), finish](absl::StatusOr<scheduler::WorkResult> result) mutable {
+      if (!result.ok() || !result->others_wait) return finish(std::move(result));
+      auto shared = std::make_shared<absl::StatusOr<scheduler::WorkResult>>(std::move(result));
+      std::function<void()> task = [finish, shared]() mutable { finish(std::move(*shared)); };
+      if (!pool->Post(task).ok()) task();  // a full queue answers here rather than never
+    };
+  }
   // Tokenizing and planning took time: a call given up meanwhile is not queued.
   if (auto gone = CallGone(call); !gone.ok()) return done(gone);
   if (auto status = s.scheduler->Submit(std::move(item)); !status.ok()) done(status);

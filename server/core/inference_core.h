@@ -48,6 +48,9 @@ struct InferenceOptions {
   /// Calls that may wait for a tokenization thread; one more is refused with
   /// RESOURCE_EXHAUSTED (--max_tokenization_queue).
   size_t max_tokenization_queue = 4096;
+  /// Threads that fill responses, record metrics and answer finished calls (--completion_threads);
+  /// 0 = the model's batcher thread does it between steps.
+  int completion_threads = 1;
 };
 
 class InferenceCore {
@@ -128,6 +131,9 @@ class InferenceCore {
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};
+  // Destroyed after the tokenization pool, whose calls may still complete here. Null: calls
+  // complete on their batcher thread.
+  std::unique_ptr<TaskPool> completion_;
   // Last: destroyed first, after running the calls it still holds (they use the members above).
   std::unique_ptr<TaskPool> tokenization_;
 };

@@ -534,7 +534,9 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
     return rows;
   };
 
+  size_t rows_finished = 0;  // of every row in the batch, joined ones included
   auto on_done = [&](size_t row, const RowOutput& output) {
+    if (!output.partial) ++rows_finished;
     Entry& entry = *slices[owner[row].first].entry;
     if (entry.completed) return;
     const size_t index = owner[row].second;
@@ -563,6 +565,7 @@ void ModelScheduler::RunBatch(std::vector<Slice> slices) {
     result.queue_time = entry.first_start - entry.enqueued;
     result.compute_time = absl::Now() - entry.first_start;
     result.batch_rows = entry.first_batch_rows;
+    result.others_wait = rows_finished < owner.size() || queued_rows() > 0;
     Complete(entry, std::move(result));
   };
   auto abandoned = [&](size_t row) {

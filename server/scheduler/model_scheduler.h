@@ -69,6 +69,9 @@ struct WorkResult {
   absl::Duration queue_time;                // submitted -> its batch started
   absl::Duration compute_time;              // its batch started -> its rows finished
   int batch_rows = 0;                       // rows in the batch it started in
+  /// The batcher has more to do: rows of other calls still compute in this batch, or calls wait
+  /// in the queue. Answering such a call elsewhere keeps them from waiting on it.
+  bool others_wait = false;
 };
 
 using WorkDone = std::function<void(absl::StatusOr<WorkResult>)>;

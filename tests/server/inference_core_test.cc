@@ -7,12 +7,17 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
+#include <vector>
+
+#include <pthread.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -63,10 +68,11 @@ class InferenceCoreTest : public ::testing::Test {
     models_.reset();
     fs::remove_all(repository_);
   }
-  InferenceCore& Core(int threads, size_t max_queue) {
+  InferenceCore& Core(int threads, size_t max_queue, int completion_threads = 1) {
     InferenceOptions options;
     options.tokenization_threads = threads;
     options.max_tokenization_queue = max_queue;
+    options.completion_threads = completion_threads;
     core_ = std::make_unique<InferenceCore>(models_.get(), metrics_.get(), options);
     core_->SetReady();
     return *core_;
@@ -204,28 +210,39 @@ TEST_F(InferenceCoreTest, ACallGivenUpWhileItWaitsForATokenizationThreadEndsCanc
   EXPECT_TRUE(busy_status->ok()) << *busy_status;
 }
 
-// Runs an Embed to completion and returns its status.
-absl::Status EmbedNow(InferenceCore& core, const std::string& model) {
+std::string CurrentThreadName() {
+  char name[16] = {};
+  pthread_getname_np(pthread_self(), name, sizeof(name));
+  return name;
+}
+
+// One Embed run to completion: its status and the thread that answered it.
+struct Answer {
+  absl::Status status;
+  std::string thread;
+};
+Answer EmbedNow(InferenceCore& core, const std::string& model) {
   v1::EmbedRequest request;
   request.set_model(model);
   request.add_inputs("text");
   v1::EmbedResponse response;
   std::mutex mutex;
   std::condition_variable changed;
-  std::optional<absl::Status> status;
-  core.Embed(CallContext{}, request, &response, [&](absl::Status s) {
+  std::optional<Answer> answer;
+  core.Embed(CallContext{}, request, &response, [&](absl::Status status) {
+    Answer done{std::move(status), CurrentThreadName()};
     std::lock_guard<std::mutex> lock(mutex);
-    status = std::move(s);
+    answer = std::move(done);
     changed.notify_all();
   });
   std::unique_lock<std::mutex> lock(mutex);
-  changed.wait_for(lock, std::chrono::seconds(10), [&] { return status.has_value(); });
-  return status.value_or(absl::DeadlineExceededError("no completion within 10 s"));
+  changed.wait_for(lock, std::chrono::seconds(10), [&] { return answer.has_value(); });
+  return answer.value_or(Answer{absl::DeadlineExceededError("no completion within 10 s"), ""});
 }
 
 TEST_F(InferenceCoreTest, AnUnknownModelIsNotFoundListingTheLoadedOnes) {
   InferenceCore& core = Core(/*threads=*/1, /*max_queue=*/8);
-  const absl::Status status = EmbedNow(core, "no-such-model");
+  const absl::Status status = EmbedNow(core, "no-such-model").status;
   EXPECT_TRUE(absl::IsNotFound(status)) << status;
   EXPECT_THAT(std::string(status.message()),
               HasSubstr("model 'no-such-model' not found; loaded models: tiny-sharebert"));
@@ -233,10 +250,58 @@ TEST_F(InferenceCoreTest, AnUnknownModelIsNotFoundListingTheLoadedOnes) {
 
 TEST_F(InferenceCoreTest, AModelThatFailedToLoadIsFailedPreconditionSayingWhy) {
   InferenceCore& core = Core(/*threads=*/1, /*max_queue=*/8);
-  const absl::Status status = EmbedNow(core, kBroken);
+  const absl::Status status = EmbedNow(core, kBroken).status;
   EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
   EXPECT_THAT(std::string(status.message()), HasSubstr("model 'broken-sharebert' is not serving: it failed to load"));
-  EXPECT_TRUE(EmbedNow(core, kModel).ok());  // the other model serves
+  EXPECT_TRUE(EmbedNow(core, kModel).status.ok());  // the other model serves
+}
+
+// A lone call is answered by its batcher at once, completion threads or not: with nothing else to
+// do the batcher is the quickest way back. (A call whose batcher has more to do goes to a
+// completion thread: ModelScheduler.AFinishedCallSaysWhetherTheBatcherHasMoreToDo.)
+TEST_F(InferenceCoreTest, ALoneCallIsAnsweredByItsBatcher) {
+  for (int completion_threads : {1, 0}) {
+    const Answer answer = EmbedNow(Core(/*threads=*/1, /*max_queue=*/8, completion_threads), kModel);
+    EXPECT_TRUE(answer.status.ok()) << answer.status;
+    EXPECT_EQ(answer.thread, "sched:tiny-shar") << completion_threads << " completion threads";
+  }
+}
+
+// Many calls at once: some finish while the batcher has more to do, and those are answered on a
+// completion thread; without completion threads every call is answered by the batcher.
+TEST_F(InferenceCoreTest, UnderLoadCallsAreAnsweredOnACompletionThreadUnlessThereIsNone) {
+  for (int completion_threads : {1, 0}) {
+    SCOPED_TRACE(completion_threads);
+    InferenceCore& core = Core(/*threads=*/2, /*max_queue=*/256, completion_threads);
+    constexpr int kCalls = 64;
+    std::vector<v1::EmbedRequest> requests(kCalls);
+    std::vector<v1::EmbedResponse> responses(kCalls);
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::map<std::string, int> threads;
+    int answered = 0;
+    for (int i = 0; i < kCalls; ++i) {
+      requests[i].set_model(kModel);
+      requests[i].add_inputs("a text of a few words, number " + std::to_string(i));
+      requests[i].mutable_compute()->set_steps(8);
+      core.Embed(CallContext{}, requests[i], &responses[i], [&](absl::Status status) {
+        const std::string thread = CurrentThreadName();
+        std::lock_guard<std::mutex> lock(mutex);
+        ++threads[status.ok() ? thread : status.ToString()];
+        ++answered;
+        changed.notify_all();
+      });
+    }
+    std::unique_lock<std::mutex> lock(mutex);
+    ASSERT_TRUE(changed.wait_for(lock, std::chrono::seconds(30), [&] { return answered == kCalls; }));
+    for (const auto& [thread, calls] : threads) {
+      EXPECT_TRUE(thread == "sched:tiny-shar" || (completion_threads > 0 && thread == "odeserve-answer"))
+          << thread << ": " << calls;
+    }
+    if (completion_threads > 0) {
+      EXPECT_GT(threads["odeserve-answer"], 0);
+    }
+  }
 }
 
 }  // namespace

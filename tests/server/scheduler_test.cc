@@ -939,6 +939,12 @@ TEST(ModelScheduler, RowsWithDifferentStepsShareABatch) {
   EXPECT_THAT(one.Wait()->outputs.at(0), ElementsAre(1.0f, 1.0f, 4.0f));
   EXPECT_THAT(four.Wait()->outputs.at(0), ElementsAre(2.0f, 4.0f, 4.0f));
   EXPECT_THAT(eight.Wait()->outputs.at(0), ElementsAre(3.0f, 8.0f, 4.0f));
+  // Each says whether the batcher had more to do when it finished (for the core to answer it off
+  // the batcher thread): rows still computing, or calls queued behind the plug.
+  EXPECT_TRUE(plug.Wait()->others_wait);
+  EXPECT_TRUE(one.Wait()->others_wait);
+  EXPECT_TRUE(four.Wait()->others_wait);
+  EXPECT_FALSE(eight.Wait()->others_wait);
   const auto batches = executor->batches();
   ASSERT_EQ(batches.size(), 2u);
   std::vector<int> steps;
