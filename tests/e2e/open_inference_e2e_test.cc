@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <iterator>
 #include <random>
 #include <thread>
 #include <tuple>
@@ -599,6 +600,71 @@ TEST(OpenInferenceLifecycle, BearerTokensGuardEverythingButLiveAndReady) {
   inference::ModelReadyResponse model_ready_response;
   EXPECT_EQ(call("", &inference::GRPCInferenceService::Stub::ModelReady, model_ready, &model_ready_response).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(server.Terminate(), 0) << server.log();
+  std::error_code ec;
+  fs::remove_all(repo, ec);
+}
+
+// Readiness needs a READY model, as health's odeserve.v1.Inference does: a server whose only
+// model failed to load is live, not ready, and that model is not ready either.
+TEST(OpenInferenceLifecycle, WithNoModelReadyTheServerIsLiveButNotReady) {
+  const fs::path repo = MakeRepository();
+  testing::RemoveModelsExcept(repo, "broken-classifier");
+  testing::ServerProcess server(ODESERVE_BINARY, repo);
+  ASSERT_TRUE(server.ok()) << server.log();
+  auto stub = inference::GRPCInferenceService::NewStub(server.channel());
+  grpc::ClientContext live_context, ready_context, model_context;
+  inference::ServerLiveResponse live;
+  ASSERT_TRUE(stub->ServerLive(&live_context, {}, &live).ok());
+  EXPECT_TRUE(live.live());
+  inference::ServerReadyResponse ready;
+  ready.set_ready(true);
+  ASSERT_TRUE(stub->ServerReady(&ready_context, {}, &ready).ok());
+  EXPECT_FALSE(ready.ready());
+  inference::ModelReadyRequest model_request;
+  model_request.set_name("broken-classifier");
+  inference::ModelReadyResponse model_ready;
+  model_ready.set_ready(true);
+  ASSERT_TRUE(stub->ModelReady(&model_context, model_request, &model_ready).ok());
+  EXPECT_FALSE(model_ready.ready());
+  EXPECT_EQ(server.Terminate(), 0) << server.log();
+  std::error_code ec;
+  fs::remove_all(repo, ec);
+}
+
+// TLS belongs to the port: the v2 service is served over it as v1 is, and a plaintext client
+// gets nothing.
+TEST(OpenInferenceLifecycle, TlsServesV2AndAPlaintextClientGetsNothing) {
+  const fs::path repo = MakeRepository();
+  const fs::path cert = repo / "cert.pem", key = repo / "key.pem";
+  const std::string make = "openssl req -x509 -newkey rsa:2048 -nodes -keyout " + key.string() + " -out " +
+                           cert.string() + " -days 2 -subj /CN=localhost -addext subjectAltName=DNS:localhost "
+                           ">/dev/null 2>&1";
+  ASSERT_EQ(std::system(make.c_str()), 0) << "openssl could not make a certificate";
+  testing::ServerProcess server(ODESERVE_BINARY, repo, {"--tls_cert=" + cert.string(), "--tls_key=" + key.string()});
+  ASSERT_TRUE(server.ok()) << server.log();
+  grpc::SslCredentialsOptions ssl;
+  std::ifstream pem(cert);
+  ssl.pem_root_certs.assign(std::istreambuf_iterator<char>(pem), std::istreambuf_iterator<char>());
+  grpc::ChannelArguments arguments;
+  arguments.SetSslTargetNameOverride("localhost");
+  auto tls = inference::GRPCInferenceService::NewStub(
+      grpc::CreateCustomChannel(server.address(), grpc::SslCredentials(ssl), arguments));
+  grpc::ClientContext live_context;
+  inference::ServerLiveResponse live;
+  ASSERT_TRUE(tls->ServerLive(&live_context, {}, &live).ok()) << server.log();
+  EXPECT_TRUE(live.live());
+  grpc::ClientContext infer_context;
+  inference::ModelInferResponse response;
+  const grpc::Status status = tls->ModelInfer(&infer_context, TextRequest("tiny-albert", {"over TLS"}), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.outputs_size(), 1);
+  EXPECT_EQ(response.outputs(0).name(), "embedding");
+
+  auto plaintext = inference::GRPCInferenceService::NewStub(server.channel());
+  grpc::ClientContext plain_context;
+  plain_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  EXPECT_FALSE(plaintext->ServerLive(&plain_context, {}, &live).ok());
   EXPECT_EQ(server.Terminate(), 0) << server.log();
   std::error_code ec;
   fs::remove_all(repo, ec);

@@ -1175,9 +1175,7 @@ TEST(ServerLifecycle, ABeamTooWideForTheLogitShortlistTurnsItOff) {
 // health) stays NOT_SERVING, while the process answers health and ListModels says why.
 TEST(ServerLifecycle, WithNoModelReadyTheInferenceServiceIsNotServing) {
   const fs::path repo = MakeRepository();
-  for (const auto& folder : fs::directory_iterator(repo)) {
-    if (folder.is_directory() && folder.path().filename() != "broken-classifier") fs::remove_all(folder.path());
-  }
+  testing::RemoveModelsExcept(repo, "broken-classifier");
   testing::ServerProcess server(ODESERVE_BINARY, repo);
   ASSERT_TRUE(server.ok()) << server.log();
   auto health = grpc::health::v1::Health::NewStub(server.channel());

@@ -160,4 +160,12 @@ std::string HttpGet(int port, const std::string& path) {
   return response;
 }
 
+void RemoveModelsExcept(const fs::path& repository, const std::string& keep) {
+  std::vector<fs::path> remove;
+  for (const auto& folder : fs::directory_iterator(repository)) {
+    if (folder.is_directory() && folder.path().filename() != keep) remove.push_back(folder.path());
+  }
+  for (const auto& folder : remove) fs::remove_all(folder);
+}
+
 }  // namespace odeserve::testing

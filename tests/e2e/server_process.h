@@ -55,6 +55,9 @@ std::filesystem::path CopyToTemp(const std::filesystem::path& from, const std::s
 /// Rewrites `model_dir/config.pbtxt` by replacing `from` with `to` (must occur).
 void EditConfig(const std::filesystem::path& model_dir, const std::string& from, const std::string& to);
 
+/// Removes every model folder of `repository` but `keep`.
+void RemoveModelsExcept(const std::filesystem::path& repository, const std::string& keep);
+
 /// Copies the model folder `from` of `repository` to a new model `to` (its config's name
 /// changed), then applies each (from, to) replacement of `edits` to the copy's config.pbtxt.
 void CopyModel(const std::filesystem::path& repository, const std::string& from, const std::string& to,
