@@ -330,7 +330,13 @@ void InferenceCore::Prepare(PendingCall pending) {
   const Servable* servable = &s;
   const absl::Duration predicted = spent + plan.predicted_total;
   auto finish = [servable, report, received, budget, tokens, predicted, fill = std::move(pending.fill),
-                 done](absl::StatusOr<scheduler::WorkResult> result) mutable {
+                 done, cancelled = call.cancelled,
+                 deadline = call.deadline](absl::StatusOr<scheduler::WorkResult> result) mutable {
+    // A client that gave up after the batcher's last check (a completion thread may answer a
+    // little later) never receives the result: it counts as cancelled, not served.
+    if (result.ok() && cancelled && absl::Now() < deadline && cancelled()) {
+      result = absl::CancelledError("call cancelled by the client before it was answered; its result was dropped");
+    }
     if (!result.ok()) {
       // Expired in the queue or mid-compute: the worst kind of miss (a cancelled call is the
       // client's choice, not a budget outcome).
