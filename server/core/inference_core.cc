@@ -182,25 +182,20 @@ Completion InferenceCore::Track(const std::string& model, const std::string& met
   };
 }
 
-void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::string& method,
-                             const std::string& model,
-                             const google::protobuf::RepeatedPtrField<std::string>& inputs,
-                             const v1::ComputeOptions& compute, bool truncate, const DecodeRequest* decode,
-                             std::function<void(const Servable&, scheduler::WorkResult&)> fill,
-                             v1::ComputeReport* report, Completion done_untracked) {
+void InferenceCore::RunModel(const CallContext& call, ModelCall request, Completion done_untracked) {
+  const std::string& method = request.method;
   if (auto admission = Admit(method); !admission.ok()) return done_untracked(admission);
-  Completion done = Track(model, method, call.received, std::move(done_untracked));
-  auto servable_or = FindServable(*models_, model, task, method);
+  Completion done = Track(request.model, method, call.received, std::move(done_untracked));
+  auto servable_or = FindServable(*models_, request.model, request.task, method);
   if (!servable_or.ok()) return done(servable_or.status());
   const Servable& s = **servable_or;
-  if (auto status = ValidateInputs(s.config, inputs); !status.ok()) return done(status);
-  if (auto status = ValidateCompute(s.config, compute); !status.ok()) return done(status);
-  if (decode != nullptr) {
+  if (auto status = ValidateInputs(s.config, *request.inputs); !status.ok()) return done(status);
+  if (auto status = ValidateCompute(s.config, *request.compute); !status.ok()) return done(status);
+  if (const auto& decode = request.decode) {
     const DecodeOptions options{decode->beam_size, decode->max_output_tokens, decode->length_penalty};
-    if (auto status = ValidateDecode(s.config, compute, options); !status.ok()) return done(status);
+    if (auto status = ValidateDecode(s.config, *request.compute, options); !status.ok()) return done(status);
   }
-  PendingCall pending{call, &s, &inputs, &compute, truncate, std::nullopt, std::move(fill), report, done};
-  if (decode != nullptr) pending.decode = *decode;
+  PendingCall pending{call, &s, std::move(request), done};
   // Tokenizing costs more than a text's length (a run of unknown characters costs its square):
   // it runs on the server's own threads, never on gRPC's, which also answer health checks.
   auto posted = tokenization_->Post([this, pending = std::move(pending)]() mutable { Prepare(std::move(pending)); });
@@ -214,14 +209,15 @@ void InferenceCore::RunModel(const CallContext& call, v1::Task task, const std::
 void InferenceCore::Prepare(PendingCall pending) {
   const CallContext& call = pending.call;
   const Servable& s = *pending.servable;
-  const v1::ComputeOptions& compute = *pending.compute;
-  const bool truncate = pending.truncate;
-  const DecodeRequest* decode = pending.decode ? &*pending.decode : nullptr;
-  v1::ComputeReport* report = pending.report;
+  ModelCall& request = pending.request;
+  const v1::ComputeOptions& compute = *request.compute;
+  const bool truncate = request.truncate;
+  const DecodeRequest* decode = request.decode ? &*request.decode : nullptr;
+  v1::ComputeReport* report = request.report;
   Completion& done = pending.done;
   const std::string& model = s.config.name();
   // Bytes are bounded before any tokenization (its cost grows faster than a text's length).
-  auto texts_or = BoundInputBytes(*pending.inputs, s.config.name(), s.config.max_sequence_length(),
+  auto texts_or = BoundInputBytes(*request.inputs, s.config.name(), s.config.max_sequence_length(),
                                   options_.max_text_bytes, truncate);
   if (!texts_or.ok()) return done(texts_or.status());
   auto rows_or = Tokenize(s, call, *texts_or, truncate);
@@ -329,7 +325,7 @@ void InferenceCore::Prepare(PendingCall pending) {
   const absl::Time received = call.received;
   const Servable* servable = &s;
   const absl::Duration predicted = spent + plan.predicted_total;
-  auto finish = [servable, report, received, budget, tokens, predicted, fill = std::move(pending.fill),
+  auto finish = [servable, report, received, budget, tokens, predicted, fill = std::move(request.fill),
                  done, cancelled = call.cancelled,
                  deadline = call.deadline](absl::StatusOr<scheduler::WorkResult> result) mutable {
     // A client that gave up after the batcher's last check (a completion thread may answer a
@@ -385,8 +381,10 @@ void InferenceCore::Embed(const CallContext& call, const v1::EmbedRequest& reque
       response->add_embeddings()->mutable_values()->Add(output.begin(), output.end());
     }
   };
-  RunModel(call, v1::EMBEDDING, MethodName(call, "Embed"), request.model(), request.inputs(), request.compute(),
-           request.truncate(), nullptr, std::move(fill), response->mutable_report(), std::move(done));
+  RunModel(call,
+           {v1::EMBEDDING, MethodName(call, "Embed"), request.model(), &request.inputs(), &request.compute(),
+            request.truncate(), std::nullopt, std::move(fill), response->mutable_report()},
+           std::move(done));
 }
 
 void InferenceCore::Classify(const CallContext& call, const v1::ClassifyRequest& request,
@@ -409,8 +407,9 @@ void InferenceCore::Classify(const CallContext& call, const v1::ClassifyRequest&
       }
     }
   };
-  RunModel(call, v1::CLASSIFICATION, method, request.model(), request.inputs(),
-           request.compute(), request.truncate(), nullptr, std::move(fill), response->mutable_report(),
+  RunModel(call,
+           {v1::CLASSIFICATION, method, request.model(), &request.inputs(), &request.compute(), request.truncate(),
+            std::nullopt, std::move(fill), response->mutable_report()},
            std::move(done));
 }
 
@@ -435,8 +434,10 @@ void InferenceCore::RunTranslate(const CallContext& call, const std::string& met
     response->mutable_report()->set_output_tokens(output_tokens);
     s.metrics->ObserveDecode(response->report().decoder_steps(), output_tokens);
   };
-  RunModel(call, v1::TRANSLATION, method, request.model(), request.inputs(), request.compute(),
-           request.truncate(), &decode, std::move(fill), response->mutable_report(), std::move(done));
+  RunModel(call,
+           {v1::TRANSLATION, method, request.model(), &request.inputs(), &request.compute(), request.truncate(),
+            decode, std::move(fill), response->mutable_report()},
+           std::move(done));
 }
 
 void InferenceCore::TranslateStream(const CallContext& call, const v1::TranslateRequest& request,

@@ -91,27 +91,30 @@ class InferenceCore {
     /// Optional: a greedy row's text so far, after each generated token (streaming).
     std::function<void(size_t row, std::string text)> on_text;
   };
-  /// A validated call on its way to a tokenization thread. `inputs`, `compute` and `report`
-  /// belong to the request and response, which live until `done` is called.
-  struct PendingCall {
-    CallContext call;
-    const Servable* servable = nullptr;
+  /// One model call as RunModel takes it. `inputs`, `compute` and `report` belong to the request
+  /// and the response, which live until the call's completion.
+  struct ModelCall {
+    v1::Task task = v1::TASK_UNSPECIFIED;  // the task the RPC serves
+    std::string method;                    // the RPC it is counted under
+    std::string model;
     const google::protobuf::RepeatedPtrField<std::string>* inputs = nullptr;
     const v1::ComputeOptions* compute = nullptr;
     bool truncate = false;
     std::optional<DecodeRequest> decode;  // Translate only
+    /// Builds the response from the finished work.
     std::function<void(const Servable&, scheduler::WorkResult&)> fill;
     v1::ComputeReport* report = nullptr;
+  };
+  /// A validated call on its way to a tokenization thread.
+  struct PendingCall {
+    CallContext call;
+    const Servable* servable = nullptr;
+    ModelCall request;
     Completion done;  // tracked
   };
   /// The pipeline shared by every model RPC: admission and validation here, then tokenization,
-  /// step choice and queueing on a tokenization thread (Prepare); `fill` builds the response
-  /// from the finished work. `decode` is set for Translate only.
-  void RunModel(const CallContext& call, v1::Task task, const std::string& method,
-                const std::string& model, const google::protobuf::RepeatedPtrField<std::string>& inputs,
-                const v1::ComputeOptions& compute, bool truncate, const DecodeRequest* decode,
-                std::function<void(const Servable&, scheduler::WorkResult&)> fill,
-                v1::ComputeReport* report, Completion done);
+  /// step choice and queueing on a tokenization thread (Prepare).
+  void RunModel(const CallContext& call, ModelCall request, Completion done);
   /// Bounds the bytes, tokenizes, chooses the steps and queues the call (a tokenization thread).
   void Prepare(PendingCall pending);
   void RunTranslate(const CallContext& call, const std::string& method, const v1::TranslateRequest& request,
