@@ -533,11 +533,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     compute.mutable_latency_budget()->set_nanos(r.budget_ns);
   }
   v1::ComputeReport report;
+  // The requests and responses live until the completion ran: the core reads and fills them on
+  // its own threads after the call returns.
+  v1::EmbedRequest embed_request;
+  v1::ClassifyRequest classify_request;
+  v1::TranslateRequest translate_request;
   v1::EmbedResponse embed_response;
   v1::ClassifyResponse classify_response;
   v1::TranslateResponse translate_response;
   if (task == v1::EMBEDDING) {
-    v1::EmbedRequest request;
+    v1::EmbedRequest& request = embed_request;
     request.set_model(r.model);
     for (const auto& input : r.inputs) request.add_inputs(input);
     *request.mutable_compute() = compute;
@@ -545,7 +550,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     request.set_truncate(r.truncate);
     g_env.core->Embed(call, request, &embed_response, done);
   } else if (task == v1::CLASSIFICATION) {
-    v1::ClassifyRequest request;
+    v1::ClassifyRequest& request = classify_request;
     request.set_model(r.model);
     for (const auto& input : r.inputs) request.add_inputs(input);
     *request.mutable_compute() = compute;
@@ -553,7 +558,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* bytes, size_t size) {
     request.set_truncate(r.truncate);
     g_env.core->Classify(call, request, &classify_response, done);
   } else {
-    v1::TranslateRequest request;
+    v1::TranslateRequest& request = translate_request;
     request.set_model(r.model);
     for (const auto& input : r.inputs) request.add_inputs(input);
     *request.mutable_compute() = compute;
