@@ -571,7 +571,6 @@ def main(argv=None) -> int:
     t_start = time.time()
     deadline = t_start + a.max_minutes * 60
     reserve = a.reserve_minutes * 60
-    torch.set_num_threads(a.threads)
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(os.path.dirname(os.path.abspath(a.log)), exist_ok=True)
     say = progress_log(a.log)
@@ -600,6 +599,8 @@ def main(argv=None) -> int:
         if given:
             say_later = "settings given on resume: %s" % {k: v for k, v in given.items() if k not in PER_INVOCATION}
     a.amp = int(autocast_enabled(a.amp))
+    # After the checkpoint's settings are restored: a resumed run keeps the thread count it began with.
+    torch.set_num_threads(a.threads)
     say("train_albert.py %s; pid %d; amp %d; threads %d; deadline in %.1f min" % (
         "resuming" if ck else "starting", os.getpid(), a.amp, a.threads, a.max_minutes))
     if say_later:
