@@ -72,6 +72,9 @@ ABSL_FLAG(absl::Duration, budget_reserve, absl::ZeroDuration(),
           "Part of every latency budget (or deadline) kept for the time the server cannot see: the "
           "network, gRPC and the client. Steps are chosen to finish within the budget less this.");
 ABSL_FLAG(bool, calibrate, true, "Calibrate each model's cost model with a warm-up at load.");
+ABSL_FLAG(bool, native_fields, true,
+          "Evaluate a shared block the module declares (attribute native_field: pre_ln, albert_post_ln) "
+          "with direct ATen calls instead of the TorchScript interpreter; checked against the script at load.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(20),
           "On SIGTERM, how long in-flight calls may take to finish.");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve gRPC over TLS.");
@@ -199,7 +202,7 @@ int Run() {
   std::filesystem::path repository = absl::GetFlag(FLAGS_model_repository);
   if (repository.empty()) repository = DefaultRepository();
   core::ModelManager models({repository, absl::GetFlag(FLAGS_device), absl::GetFlag(FLAGS_compute_slots),
-                             absl::GetFlag(FLAGS_calibrate), &metrics});
+                             absl::GetFlag(FLAGS_calibrate), absl::GetFlag(FLAGS_native_fields), &metrics});
   core::InferenceCore inference(&models, &metrics,
                                 {budget_reserve, max_text_bytes, max_call_work, tokenization_threads,
                                  static_cast<size_t>(max_tokenization_queue), completion_threads});

@@ -13,7 +13,7 @@ in datasets/, train/, exporting/, evaluate/, report/; models/README.md runs them
   train     train-tokenizer, train, train-translation, train-lexical, train-embedding-probe,
             train-albert, tfidf-teacher
   export    export-repository, export-translation, make-test-repository, make-hash-test-vectors,
-            count-bf16-weights
+            count-bf16-weights, declare-native-field
   evaluate  evaluate, eval-baselines, evaluate-served, check-served-parity, evaluate-translation,
             tune-length-penalty
   report    report, report-classifier, report-embedding, report-lexical, report-probe,
@@ -46,6 +46,7 @@ COMMANDS = {
     "make-test-repository": ("odeserve_models.exporting.make_test_repository", "the tiny deterministic test repository (C++ tests)"),
     "make-hash-test-vectors": ("odeserve_models.exporting.make_hash_test_vectors", "models/hash_test_vectors.json (C++ tests)"),
     "count-bf16-weights": ("odeserve_models.exporting.count_bf16_product_weights", "tensors the server stores in bfloat16 at load"),
+    "declare-native-field": ("odeserve_models.exporting.declare_native_field", "mark an older export's pre-LN block for the server's native path"),
     # evaluate
     "evaluate": ("odeserve_models.evaluate.evaluate", "test sets through the Python mirror of the server"),
     "eval-baselines": ("odeserve_models.evaluate.eval_baselines", "majority, TF-IDF + LR and TF-IDF retrieval baselines"),

@@ -13,7 +13,8 @@ All are pre-LN, so h + f(h) is exactly one transformer layer with
     f(h) = a + FFN(LN2(h + a)),  a = Attn(LN1(h)).
 Optional unshared prefix/suffix layers ("partially shared"). Everything is torch.jit.script-able
 and follows docs/MODEL_CONTRACT.md: input_stage, vector_field, output_stage, prepare, forward,
-attribute trained_depth.
+attribute trained_depth, and attribute native_field = "pre_ln": the server may evaluate this
+exact block (block_field's tensors, read by name) natively instead of through the interpreter.
 """
 import math
 from typing import List, Tuple
@@ -91,6 +92,9 @@ class SharedEncoderBase(nn.Module):
         self.max_len = max_len
         self.out_dim = out_dim
         self.scale = 1.0 / math.sqrt(hidden // heads)
+        # docs/MODEL_CONTRACT.md, "Native fields": vector_field is block_field over the tensors
+        # ln1_w ... b_2 with num_heads and scale. A subclass that changes vector_field must reset it.
+        self.native_field = "pre_ln"
         self.pos = nn.Parameter(_normal([max_len, hidden], 0.02))
         self.ln_emb_w = nn.Parameter(torch.ones(hidden)); self.ln_emb_b = nn.Parameter(torch.zeros(hidden))
         self.prefix = nn.ModuleList([Layer(hidden, heads, ffn) for _ in range(prefix_layers)])

@@ -87,7 +87,7 @@ absl::Status LoadTokenizer(const fs::path& dir, Servable& s) {
 
 // The TorchScript module on `device`, in the precision the CPU runs natively, checked against
 // the tokenizer (translation) and with its product weights stored once in bfloat16.
-absl::Status LoadModule(const fs::path& dir, const torch::Device& device, Servable& s) {
+absl::Status LoadModule(const fs::path& dir, const torch::Device& device, bool native_fields, Servable& s) {
   const v1::ModelConfig& config = s.config;
   s.device = device.str();
   const bool translation = config.task() == v1::TRANSLATION;
@@ -135,6 +135,16 @@ absl::Status LoadModule(const fs::path& dir, const torch::Device& device, Servab
     // Autocast would cast these at every call; cast once, the outputs are the same.
     ASSIGN_OR_RETURN(const runtime::TorchModel::StoredWeights stored, model->StoreProductWeightsInBfloat16());
     s.bfloat16_weight_tensors = stored.tensors;
+  }
+  if (native_fields) {
+    // After the weights took their final dtype: the native field reads them as they are.
+    absl::StatusOr<std::string> native = model->UseNativeField();
+    if (native.ok()) {
+      s.native_field = *native;
+    } else if (!absl::IsNotFound(native.status())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat((dir / config.torchscript_file()).string(), ": ", native.status().message()));
+    }
   }
   s.model = std::move(model);
   return absl::OkStatus();
@@ -306,7 +316,7 @@ absl::StatusOr<std::unique_ptr<Servable>> LoadServable(const fs::path& dir, cons
   RETURN_IF_ERROR(ReadConfigAndProfile(dir, s));
   RETURN_IF_ERROR(LoadTokenizer(dir, s));
   ASSIGN_OR_RETURN(const torch::Device device, runtime::ParseDevice(options.device));
-  RETURN_IF_ERROR(LoadModule(dir, device, s));
+  RETURN_IF_ERROR(LoadModule(dir, device, options.native_fields, s));
   s.size_bytes = repository::FolderSizeBytes(dir);
   const std::shared_ptr<runtime::TorchExecutor> executor = MakeExecutor(device, s);
   RETURN_IF_ERROR(ProbeOutputWidth(dir, *executor, s));

@@ -35,6 +35,8 @@ struct Servable {
   v1::ComputePrecision precision = v1::FLOAT32;
   // Weight tensors kept in bfloat16 for a bfloat16 model (TorchModel::StoreProductWeightsInBfloat16).
   int bfloat16_weight_tensors = 0;
+  // The shared block evaluated natively (TorchModel::UseNativeField), empty for the TorchScript one.
+  std::string native_field;
   // Batches run at token lengths that are multiples of this (config, or its default).
   int pad_to_multiple = 1;
   // Where config.steps().default_steps (and the decoder's) came from.
@@ -44,6 +46,7 @@ struct Servable {
 struct ModelLoadOptions {
   std::string device = "cpu";
   bool calibrate = true;  // run the cost-model warm-up
+  bool native_fields = true;  // evaluate a block the module declares natively (--native_fields)
   std::shared_ptr<scheduler::ComputeGate> gate;  // shared by every model's scheduler
 };
 

@@ -50,6 +50,9 @@ absl::Status ModelManager::LoadAll() {
                            entry->servable->bfloat16_weight_tensors > 0
                                ? absl::StrCat(" (", entry->servable->bfloat16_weight_tensors, " weights stored bfloat16)")
                                : "",
+                           " field=", entry->servable->native_field.empty()
+                                          ? std::string("torchscript")
+                                          : absl::StrCat("native ", entry->servable->native_field),
                            " load=",
                            absl::StrFormat("%.2fs", seconds)));
     } else {
@@ -66,7 +69,7 @@ absl::StatusOr<std::unique_ptr<Servable>> ModelManager::LoadModelGuarded(const f
   // One model's load must never take the server down: an exception (an allocation that a
   // config's sizes made impossible, a filesystem error) fails this model only.
   try {
-    return LoadServable(dir, {options_.device, options_.calibrate, gate_});
+    return LoadServable(dir, {options_.device, options_.calibrate, options_.native_fields, gate_});
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat(dir.string(), ": load failed: ", e.what()));
   }

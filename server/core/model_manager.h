@@ -30,6 +30,7 @@ struct ModelManagerOptions {
   std::string device = "cpu";
   int compute_slots = 1;               // batches computing at once, across models
   bool calibrate = true;               // run the cost-model warm-up at load
+  bool native_fields = true;           // evaluate declared standard blocks natively (--native_fields)
   metrics::Metrics* metrics = nullptr; // required
 };
 

@@ -1,10 +1,12 @@
 #include "server/runtime/torch_model.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -227,6 +229,37 @@ absl::StatusOr<std::unique_ptr<TorchModel>> TorchModel::Load(const std::string& 
   }
 }
 
+absl::StatusOr<std::string> TorchModel::UseNativeField() {
+  try {
+    c10::InferenceMode guard;
+    absl::StatusOr<std::unique_ptr<NativeField>> field = NativeField::FromModule(module_);
+    if (!field.ok()) return field.status();
+    // A probe state: two rows, the second padded after 3 of 5 positions, at the scale of a
+    // LayerNorm output; the comparison covers token positions only (pads may hold anything).
+    const int64_t width = (*field)->state_width();
+    const torch::Tensor h = torch::randn({2, 5, width}, at::detail::createCPUGenerator(/*seed_in=*/20261207),
+                                         torch::kFloat32).to(device_);
+    torch::Tensor mask = torch::ones({2, 5}, h.options());
+    mask.index_put_({1, torch::indexing::Slice(3, torch::indexing::None)}, 0.0);
+    PrecisionScope precision(precision_, device_);
+    const torch::Tensor tokens = mask.unsqueeze(-1);
+    const torch::Tensor script = vector_field_({h, mask}).toTensor().to(torch::kFloat32) * tokens;
+    const torch::Tensor native = (*field)->Evaluate(h, mask).to(torch::kFloat32) * tokens;
+    const double scale = std::max(1.0, script.abs().max().item<double>());
+    const double difference = (script - native).abs().max().item<double>();
+    const double tolerance = (precision_ == ComputePrecision::kBFloat16 ? 5e-2 : 1e-4) * scale;
+    if (!(difference <= tolerance)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the module declares ", NativeField::kAttribute, " '", (*field)->name(), "' but its vector_field differs from that block by ",
+          difference, " on a probe state (tolerance ", tolerance, ")"));
+    }
+    native_field_ = *std::move(field);
+    return std::string(native_field_->name());
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("native field: ", e.what_without_backtrace()));
+  }
+}
+
 absl::StatusOr<TorchModel::StoredWeights> TorchModel::StoreProductWeightsInBfloat16() {
   if (precision_ != ComputePrecision::kBFloat16) {
     return absl::FailedPreconditionError("bfloat16 weights need compute precision bfloat16");
@@ -269,6 +302,12 @@ absl::StatusOr<TorchModel::StoredWeights> TorchModel::StoreProductWeightsInBfloa
       ++stored.tensors;
       stored.values += weight.numel();
     }
+    if (native_field_) {
+      // It holds the float32 tensors just replaced.
+      absl::StatusOr<std::unique_ptr<NativeField>> field = NativeField::FromModule(module_);
+      if (!field.ok()) return field.status();
+      native_field_ = *std::move(field);
+    }
     return stored;
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("storing bfloat16 weights failed: ", e.what_without_backtrace()));
@@ -279,6 +318,7 @@ torch::Tensor TorchModel::InputStageUnchecked(const torch::Tensor& x, const torc
   return input_stage_({x, mask}).toTensor();
 }
 torch::Tensor TorchModel::VectorFieldUnchecked(const torch::Tensor& h, const torch::Tensor& mask) {
+  if (native_field_) return native_field_->Evaluate(h, mask);
   return vector_field_({h, mask}).toTensor();
 }
 torch::Tensor TorchModel::OutputStageUnchecked(const torch::Tensor& h, const torch::Tensor& mask) {

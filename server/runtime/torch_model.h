@@ -10,6 +10,7 @@
 #include <torch/script.h>
 
 #include "absl/status/statusor.h"
+#include "server/runtime/native_field.h"
 
 namespace odeserve::runtime {
 
@@ -55,6 +56,17 @@ class TorchModel {
   absl::StatusOr<torch::Tensor> OutputStage(const torch::Tensor& h, const torch::Tensor& mask);
   /// The model as trained (L Euler steps inside the module); for tests and validation.
   absl::StatusOr<torch::Tensor> Forward(const torch::Tensor& x, const torch::Tensor& mask);
+
+  /// Evaluates the shared block natively (NativeField) from now on, when the module declares a
+  /// native field: after checking, on a probe state under this model's precision, that the native
+  /// field equals the module's own vector_field (to 1e-4 of the field's scale in float32, 5e-2 in
+  /// bfloat16, whose roundings the two paths may place differently). Returns the field's name;
+  /// NotFound when the module declares none (the TorchScript field stays); InvalidArgument when
+  /// the declaration is malformed or the probe disagrees (the model must not load: its declared
+  /// block is not the one it computes). Call after StoreProductWeightsInBfloat16, if at all.
+  absl::StatusOr<std::string> UseNativeField();
+  /// The native field's name, empty while the TorchScript field runs.
+  std::string native_field() const { return native_field_ ? std::string(native_field_->name()) : std::string(); }
 
   /// Unchecked calls for the hot loop; callers catch c10::Error themselves.
   torch::Tensor VectorFieldUnchecked(const torch::Tensor& h, const torch::Tensor& mask);
@@ -118,6 +130,7 @@ class TorchModel {
   torch::jit::Method vector_field_;
   torch::jit::Method output_stage_;
   std::optional<torch::jit::Method> cross_kv_, decoder_input_, decoder_field_, decoder_logits_;
+  std::unique_ptr<NativeField> native_field_;  // replaces vector_field_ on the hot path when set
   torch::Device device_;
   ComputePrecision precision_ = ComputePrecision::kFloat32;
   int trained_depth_;

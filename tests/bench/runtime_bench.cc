@@ -41,6 +41,7 @@ struct Loaded {
 
 std::string g_model_dir;
 std::string g_translate_model_dir;
+bool g_native_fields = true;  // as the server's --native_fields
 
 // How a benchmark runs the model (its `bf16` argument). The config's compute_precision is
 // ignored: each benchmark names the precision it runs, so they compare in one run.
@@ -74,6 +75,12 @@ Loaded* Load(const std::string& dir, int precision) {
   if (precision == kBfloat16) {
     if (auto stored = (*model)->StoreProductWeightsInBfloat16(); !stored.ok()) {
       std::fprintf(stderr, "%s\n", stored.status().ToString().c_str());
+      std::exit(2);
+    }
+  }
+  if (g_native_fields) {
+    if (auto native = (*model)->UseNativeField(); !native.ok() && !absl::IsNotFound(native.status())) {
+      std::fprintf(stderr, "%s\n", native.status().ToString().c_str());
       std::exit(2);
     }
   }
@@ -142,8 +149,9 @@ void BM_Batch(benchmark::State& state) {
   state.counters["steps"] = steps;
   state.counters["padded_tokens"] = rows * length;
   state.counters["field_evals/s"] = benchmark::Counter(static_cast<double>(evaluations), benchmark::Counter::kIsRate);
+  const std::string field = m.model->native_field().empty() ? "torchscript" : "native " + m.model->native_field();
   state.SetLabel(std::string(scheduler::SolverName(solver)) + " L=" + std::to_string(depth) + " " +
-                 PrecisionLabel(precision));
+                 PrecisionLabel(precision) + ", field " + field);
 }
 
 // Real English short descriptions (Debian packages), the kind of text translate-en-de serves.
@@ -275,6 +283,7 @@ int main(int argc, char** argv) {
   bool row_parallel = true;
   const std::string blas_parallel_prefix = "--blas_parallel=";  // as the server's flag: 0 or 1
   bool blas_parallel = true;
+  const std::string native_prefix = "--native_fields=";  // as the server's flag: 0 or 1
   const std::string malloc_prefix = "--malloc_retain=";  // as the server's flag: 0 or 1
   bool malloc_retain = true;
   std::vector<char*> rest;
@@ -287,6 +296,8 @@ int main(int argc, char** argv) {
       row_parallel = std::string(argv[i]).substr(row_parallel_prefix.size()) != "0";
     } else if (std::string(argv[i]).rfind(blas_parallel_prefix, 0) == 0) {
       blas_parallel = std::string(argv[i]).substr(blas_parallel_prefix.size()) != "0";
+    } else if (std::string(argv[i]).rfind(native_prefix, 0) == 0) {
+      odeserve::g_native_fields = std::string(argv[i]).substr(native_prefix.size()) != "0";
     } else if (std::string(argv[i]).rfind(malloc_prefix, 0) == 0) {
       malloc_retain = std::string(argv[i]).substr(malloc_prefix.size()) != "0";
     } else if (std::string(argv[i]).rfind(threads_prefix, 0) == 0) {
@@ -304,6 +315,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("model_dir", odeserve::g_model_dir);
   benchmark::AddCustomContext("translate_model_dir", odeserve::g_translate_model_dir);
   benchmark::AddCustomContext("threading", threading.summary());
+  benchmark::AddCustomContext("native_fields", odeserve::g_native_fields ? "on" : "off");
   benchmark::AddCustomContext("allocator", allocator.summary);
   int rest_count = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_count, rest.data());

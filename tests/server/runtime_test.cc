@@ -32,6 +32,8 @@
 #include <torch/torch.h>
 
 #include "server/repository/model_config.h"
+#include "absl/strings/match.h"
+#include "server/runtime/native_field.h"
 #include "server/runtime/solvers.h"
 #include "server/runtime/threading.h"
 #include "server/runtime/torch_executor.h"
@@ -190,12 +192,31 @@ int64_t ExpectedTokenEvaluations(const std::vector<int>& lengths, const std::vec
 
 // ---- The contract on every tiny model --------------------------------------------------------
 
+// A parameter "<model>" runs the model's TorchScript field; "<model>+native" its native field
+// (TorchModel::UseNativeField), through every test of the contract below.
+constexpr const char* kNativeSuffix = "+native";
+
 class EveryTinyModel : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    tiny_ = LoadTiny(GetParam());
+    tiny_ = LoadParam();
     ASSERT_NE(tiny_, nullptr);
     ASSERT_EQ(tiny_->depth, tiny_->config.trained_depth());
+  }
+  // The parameter's model in `precision`, with its field as the parameter says.
+  std::unique_ptr<TinyModel> LoadParam(ComputePrecision precision = ComputePrecision::kFloat32) {
+    std::string name = GetParam();
+    const bool native = absl::EndsWith(name, kNativeSuffix);
+    if (native) name.resize(name.size() - std::string(kNativeSuffix).size());
+    auto tiny = LoadTiny(name, precision);
+    if (tiny == nullptr) return nullptr;
+    if (native) {
+      absl::StatusOr<std::string> field = tiny->model->UseNativeField();
+      EXPECT_TRUE(field.ok()) << field.status();
+      EXPECT_EQ(field.value_or(""), NativeField::kPreLnName) << "every families.py export declares the pre-LN block";
+      if (!field.ok()) return nullptr;
+    }
+    return tiny;
   }
   // The model's layout with batches padded to multiples of `multiple`, within its positions.
   InputLayout PaddedLayout(int multiple) const {
@@ -682,7 +703,7 @@ TEST_P(EveryTinyModel, StepCountsChangeTheOutput) {
 }
 
 TEST_P(EveryTinyModel, Bfloat16ComputeIsAutocastAroundAFloat32State) {
-  auto bf16 = LoadTiny(GetParam(), ComputePrecision::kBFloat16);
+  auto bf16 = LoadParam(ComputePrecision::kBFloat16);
   ASSERT_NE(bf16, nullptr);
   ASSERT_EQ(bf16->model->precision(), ComputePrecision::kBFloat16);
   TorchExecutor exact(tiny_->model, tiny_->layout);
@@ -747,8 +768,8 @@ void ExpectSameOutputs(const TinyModel& stored, const TinyModel& cast_per_call, 
 }
 
 TEST_P(EveryTinyModel, Bfloat16WeightsStoredAtLoadGiveBitIdenticalOutputs) {
-  auto stored = LoadTiny(GetParam(), ComputePrecision::kBFloat16);
-  auto cast_per_call = LoadTiny(GetParam(), ComputePrecision::kBFloat16);
+  auto stored = LoadParam(ComputePrecision::kBFloat16);
+  auto cast_per_call = LoadParam(ComputePrecision::kBFloat16);
   ASSERT_NE(stored, nullptr);
   ASSERT_NE(cast_per_call, nullptr);
   absl::StatusOr<TorchModel::StoredWeights> weights = stored->model->StoreProductWeightsInBfloat16();
@@ -811,6 +832,48 @@ INSTANTIATE_TEST_SUITE_P(
       return name + (std::get<1>(info.param) ? "_optimizer_on" : "_optimizer_off");
     });
 
+// The bundled embedders declare the pre-LN block (models/odeserve_models/exporting/
+// declare_native_field.py): served natively, their outputs are the script field's, in float32
+// and in bfloat16 as served, at full depth and at 2 steps.
+class BundledNativeField : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+
+TEST_P(BundledNativeField, OutputsEqualTheScriptFields) {
+  const auto& [name, bfloat16] = GetParam();
+  const ComputePrecision precision = bfloat16 ? ComputePrecision::kBFloat16 : ComputePrecision::kFloat32;
+  const fs::path dir = fs::path(ODESERVE_BUNDLED_REPOSITORY) / name;
+  auto script = LoadModelIn(dir, precision);
+  auto native = LoadModelIn(dir, precision);
+  ASSERT_NE(script, nullptr);
+  ASSERT_NE(native, nullptr);
+  if (bfloat16) {
+    ASSERT_TRUE(script->model->StoreProductWeightsInBfloat16().ok());
+    ASSERT_TRUE(native->model->StoreProductWeightsInBfloat16().ok());
+  }
+  absl::StatusOr<std::string> field = native->model->UseNativeField();
+  ASSERT_TRUE(field.ok()) << field.status();
+  EXPECT_EQ(*field, NativeField::kPreLnName);
+  TorchExecutor slow(script->model, script->layout);
+  TorchExecutor fast(native->model, native->layout);
+  ExecBatch batch{scheduler::Solver::kEuler, {}};
+  for (size_t r = 0; r < script->rows.size(); ++r) batch.rows.push_back({&script->rows[r], r % 2 == 0 ? script->depth : 2, {}});
+  RunResult want = RunBatch(slow, batch);
+  RunResult got = RunBatch(fast, batch);
+  ASSERT_TRUE(want.stats.ok()) << want.stats.status();
+  ASSERT_TRUE(got.stats.ok()) << got.stats.status();
+  for (size_t r = 0; r < batch.rows.size(); ++r) {
+    EXPECT_LE(MaxAbsDiff(got.outputs[r], want.outputs[r]), (bfloat16 ? 1e-2 : 1e-5) * std::max(1.0, MaxAbs(want.outputs[r])))
+        << "row " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Bundled, BundledNativeField,
+                         ::testing::Combine(::testing::Values("embed-sharebert", "embed-eelbert"), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, bool>>& info) {
+                           std::string name = std::get<0>(info.param);
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name + (std::get<1>(info.param) ? "_bfloat16" : "_float32");
+                         });
+
 TEST(TorchModel, StoringBfloat16WeightsNeedsABfloat16Model) {
   auto tiny = LoadTiny("tiny-albert");
   ASSERT_NE(tiny, nullptr);
@@ -818,14 +881,31 @@ TEST(TorchModel, StoringBfloat16WeightsNeedsABfloat16Model) {
   EXPECT_EQ(weights.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+std::string TinyModelTestName(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param;
+  std::replace(name.begin(), name.end(), '-', '_');
+  std::replace(name.begin(), name.end(), '+', '_');
+  return name;
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyModels, EveryTinyModel,
                          ::testing::Values("tiny-albert", "tiny-sharebert", "tiny-eelbert", "tiny-classifier",
                                            "tiny-lexical", "tiny-probe"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         TinyModelTestName);
+// The exported families' shared block, evaluated natively (the lexical and probe classifiers
+// compute other fields and declare none).
+INSTANTIATE_TEST_SUITE_P(TinyModelsNativeField, EveryTinyModel,
+                         ::testing::Values("tiny-albert+native", "tiny-sharebert+native", "tiny-eelbert+native",
+                                           "tiny-classifier+native"),
+                         TinyModelTestName);
+
+TEST(TorchModel, ClassifiersWithOtherFieldsDeclareNoNativeField) {
+  for (const char* name : {"tiny-lexical", "tiny-probe", "tiny-translator"}) {
+    auto tiny = LoadTiny(name);
+    ASSERT_NE(tiny, nullptr);
+    EXPECT_EQ(tiny->model->UseNativeField().status().code(), absl::StatusCode::kNotFound) << name;
+  }
+}
 
 // ---- Abandonment -----------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ class AlbertOdeModule(nn.Module):
     activation: int
     pooling: int
     classify: bool
+    native_field: str
 
     def __init__(self, tensors: Dict[str, Tensor], config: dict, pooling: str, classify: bool):
         """tensors: unprefixed Hugging Face names (checkpoint.expected_shapes) -> float32."""
@@ -51,6 +52,9 @@ class AlbertOdeModule(nn.Module):
             raise ValueError("classification runs the checkpoint's pooler and classifier head")
         self.pooling = POOLINGS[pooling]
         self.classify = classify
+        # docs/MODEL_CONTRACT.md, "Native fields": the server may evaluate _layer natively, reading
+        # q_w ... out_ln_b, num_heads, head_dim, eps, scale and activation by name.
+        self.native_field = "albert_post_ln"
 
         def P(name: str) -> nn.Parameter:
             return nn.Parameter(tensors[name].detach().to(torch.float32).clone(), requires_grad=False)
