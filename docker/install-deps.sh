@@ -13,14 +13,14 @@ export DEBIAN_FRONTEND=noninteractive
 
 runtime_pkgs=(
   libtorch1.13 libgrpc++1.51 libprotobuf32 libabsl20220623 libprometheus-cpp-core1.0
-  libprometheus-cpp-pull1.0 libsentencepiece0 libicu72 libopenblas0-pthread ca-certificates
+  libprometheus-cpp-pull1.0 libsentencepiece0 libicu72 libopenblas0-pthread libtcmalloc-minimal4 ca-certificates
 )
 # Compiling the server and client (tests and benchmarks may be switched off).
 compile_pkgs=(
   build-essential cmake ninja-build pkg-config git
   libtorch-dev libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev libsentencepiece-dev libicu-dev
-  libopenblas0-pthread libopenblas-dev python3
+  libopenblas0-pthread libopenblas-dev libgoogle-perftools-dev python3
 )
 # Tests, training and tooling on top of compile_pkgs.
 #   python3-scipy: the evaluation baselines (models/odeserve_models/baselines.py) and their tests;

@@ -1,5 +1,7 @@
 #include "server/runtime/allocator.h"
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -30,10 +32,28 @@ bool EnvironmentConfiguresMalloc(std::string* why) {
   return false;
 }
 
+// gperftools' tcmalloc when it is the process's malloc (linked with ODESERVE_TCMALLOC, or
+// preloaded): its C entry point that hands free spans back to the kernel, else null.
+using ReleaseFn = void (*)();
+ReleaseFn TcmallocRelease() {
+  static const ReleaseFn release = [] {
+    if (dlsym(RTLD_DEFAULT, "tc_malloc") == nullptr) return ReleaseFn{nullptr};
+    return reinterpret_cast<ReleaseFn>(dlsym(RTLD_DEFAULT, "MallocExtension_ReleaseFreeMemory"));
+  }();
+  return release;
+}
+
 }  // namespace
 
 AllocatorReport ConfigureAllocator(bool retain_freed_memory) {
   AllocatorReport report;
+  if (TcmallocRelease() != nullptr) {
+    // tcmalloc keeps freed memory in its caches by design; --malloc_retain's glibc thresholds
+    // do not apply. Freed spans go back to the kernel at ReleaseFreeHeapMemory.
+    report.retaining = true;
+    report.summary = "malloc: tcmalloc (freed memory kept in its caches)";
+    return report;
+  }
   if (!retain_freed_memory) {
     report.summary = "malloc: glibc defaults (--malloc_retain=false)";
     return report;
@@ -59,6 +79,10 @@ AllocatorReport ConfigureAllocator(bool retain_freed_memory) {
 }
 
 void ReleaseFreeHeapMemory() {
+  if (ReleaseFn release = TcmallocRelease(); release != nullptr) {
+    release();
+    return;
+  }
 #if defined(__GLIBC__)
   malloc_trim(0);
 #endif

@@ -21,12 +21,13 @@ struct AllocatorReport {
   std::string summary;     // one line for the start-up log
 };
 
-/// With `retain_freed_memory`, sets the thresholds above (mallopt) unless the environment already
+/// Under tcmalloc (linked by default, ODESERVE_TCMALLOC) there is nothing to set: it reports
+/// tcmalloc, retaining. Otherwise, with `retain_freed_memory`, sets the thresholds above (mallopt) unless the environment already
 /// configures the allocator (GLIBC_TUNABLES with glibc.malloc.*, MALLOC_*_ variables, or an
 /// LD_PRELOAD allocator): an operator's explicit settings win. Call once, before threads start.
 AllocatorReport ConfigureAllocator(bool retain_freed_memory);
 
-/// Returns the heap's free pages to the kernel (malloc_trim): once after loading, whose
+/// Returns the heap's free pages to the kernel (malloc_trim; tcmalloc's ReleaseFreeMemory): once after loading, whose
 /// temporaries (weights read and prepared, calibration batches) the retained heap would keep,
 /// then every --heap_release_interval. Free memory in the middle of a heap is never trimmed
 /// otherwise: under overload the retained heap grew 11-17% in a minute, nearly all free pages
