@@ -58,6 +58,11 @@ class SharedTranslator(nn.Module):
         self.eos_id = eos_id
         self.scale = 1.0 / math.sqrt(self.head_dim)
         self.emb_scale = math.sqrt(hidden)
+        # docs/MODEL_CONTRACT.md, "Native fields": the encoder's field is families.block_field over
+        # the e_* tensors, decoder_field the pre-LN self + cross-attention block over the d_* ones.
+        self.native_field = "pre_ln"
+        self.native_field_prefix = "e_"
+        self.native_decoder = "pre_ln_cross"
         # 0: decoder_logits projects onto the vocabulary in float32. K > 0: it ranks the
         # vocabulary with a bfloat16 copy of the tied embedding (made by prepare(), not stored)
         # and recomputes the K best logits of every row in float32 (set at export).

@@ -137,13 +137,20 @@ absl::Status LoadModule(const fs::path& dir, const torch::Device& device, bool n
     s.bfloat16_weight_tensors = stored.tensors;
   }
   if (native_fields) {
-    // After the weights took their final dtype: the native field reads them as they are.
+    // After the weights took their final dtype: the native blocks read them as they are.
     absl::StatusOr<std::string> native = model->UseNativeField();
     if (native.ok()) {
       s.native_field = *native;
     } else if (!absl::IsNotFound(native.status())) {
       return absl::InvalidArgumentError(
           absl::StrCat((dir / config.torchscript_file()).string(), ": ", native.status().message()));
+    }
+    absl::StatusOr<std::string> decoder = model->UseNativeDecoder();
+    if (decoder.ok()) {
+      s.native_field = absl::StrCat(s.native_field.empty() ? "torchscript" : s.native_field, ", decoder native ", *decoder);
+    } else if (!absl::IsNotFound(decoder.status())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat((dir / config.torchscript_file()).string(), ": ", decoder.status().message()));
     }
   }
   s.model = std::move(model);

@@ -1,5 +1,7 @@
 #include "server/runtime/native_field.h"
 
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -9,41 +11,75 @@
 namespace odeserve::runtime {
 namespace {
 
-// Reads the named tensor attribute, checking its shape.
-absl::StatusOr<torch::Tensor> ReadTensor(const torch::jit::Module& module, const char* name,
-                                         const std::vector<int64_t>& shape) {
-  if (!module.hasattr(name) || !module.attr(name).isTensor()) {
-    return absl::InvalidArgumentError(absl::StrCat("native field: the module has no tensor '", name, "'"));
+// Reads a block's tensors (named `prefix` + name) and attributes from a module, with errors that
+// name what is missing or misshaped.
+class BlockReader {
+ public:
+  BlockReader(const torch::jit::Module& module, std::string prefix) : module_(module), prefix_(std::move(prefix)) {}
+
+  absl::StatusOr<torch::Tensor> Tensor(const char* name, const std::vector<int64_t>& shape) const {
+    ASSIGN_OR_RETURN(torch::Tensor tensor, Any(name));
+    if (tensor.sizes() != c10::IntArrayRef(shape)) {
+      return absl::InvalidArgumentError(absl::StrCat("native field: tensor '", prefix_, name, "' has shape [",
+                                                     absl::StrJoin(tensor.sizes(), ", "), "], the block needs [",
+                                                     absl::StrJoin(shape, ", "), "]"));
+    }
+    return tensor;
   }
-  torch::Tensor tensor = module.attr(name).toTensor();
-  if (tensor.sizes() != c10::IntArrayRef(shape)) {
-    return absl::InvalidArgumentError(absl::StrCat("native field: tensor '", name, "' has shape [",
-                                                   absl::StrJoin(tensor.sizes(), ", "), "], the block needs [",
-                                                   absl::StrJoin(shape, ", "), "]"));
+  // A 1-D tensor of any length (the block's width is read from it).
+  absl::StatusOr<torch::Tensor> Vector(const char* name) const {
+    ASSIGN_OR_RETURN(torch::Tensor tensor, Any(name));
+    if (tensor.dim() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("native field: tensor '", prefix_, name, "' is not 1-D"));
+    }
+    return tensor;
   }
-  return tensor;
+  absl::StatusOr<int64_t> Int(const char* name) const {
+    if (!module_.hasattr(name) || !module_.attr(name).isInt()) {
+      return absl::InvalidArgumentError(absl::StrCat("native field: the module has no int attribute '", name, "'"));
+    }
+    return module_.attr(name).toInt();
+  }
+  absl::StatusOr<double> Double(const char* name) const {
+    if (!module_.hasattr(name) || !module_.attr(name).isDouble()) {
+      return absl::InvalidArgumentError(absl::StrCat("native field: the module has no float attribute '", name, "'"));
+    }
+    return module_.attr(name).toDouble();
+  }
+
+ private:
+  absl::StatusOr<torch::Tensor> Any(const char* name) const {
+    const std::string full = prefix_ + name;
+    if (!module_.hasattr(full) || !module_.attr(full).isTensor()) {
+      return absl::InvalidArgumentError(absl::StrCat("native field: the module has no tensor '", full, "'"));
+    }
+    return module_.attr(full).toTensor();
+  }
+
+  const torch::jit::Module& module_;
+  std::string prefix_;
+};
+
+// The declaration in string attribute `attribute`: NotFound without one.
+absl::StatusOr<std::string> Declared(const torch::jit::Module& module, const char* attribute) {
+  if (!module.hasattr(attribute)) {
+    return absl::NotFoundError(absl::StrCat("the module declares no '", attribute, "'"));
+  }
+  const c10::IValue declared = module.attr(attribute);
+  if (!declared.isString()) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute '", attribute, "' is not a string"));
+  }
+  return declared.toStringRef();
 }
 
-// A 1-D tensor of any length (the block's width is read from it).
-absl::StatusOr<torch::Tensor> ReadVector(const torch::jit::Module& module, const char* name) {
-  if (!module.hasattr(name) || !module.attr(name).isTensor() || module.attr(name).toTensor().dim() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("native field: the module has no 1-D tensor '", name, "'"));
-  }
-  return module.attr(name).toTensor();
+// [B, heads, T, dh] -> [B, T, heads * dh]
+torch::Tensor MergeHeads(const torch::Tensor& x) {
+  return x.transpose(1, 2).reshape({x.size(0), x.size(2), x.size(1) * x.size(3)});
 }
 
-absl::StatusOr<int64_t> ReadInt(const torch::jit::Module& module, const char* name) {
-  if (!module.hasattr(name) || !module.attr(name).isInt()) {
-    return absl::InvalidArgumentError(absl::StrCat("native field: the module has no int attribute '", name, "'"));
-  }
-  return module.attr(name).toInt();
-}
-
-absl::StatusOr<double> ReadDouble(const torch::jit::Module& module, const char* name) {
-  if (!module.hasattr(name) || !module.attr(name).isDouble()) {
-    return absl::InvalidArgumentError(absl::StrCat("native field: the module has no float attribute '", name, "'"));
-  }
-  return module.attr(name).toDouble();
+// [B, T, H] -> [B, heads, T, H / heads] (a view)
+torch::Tensor SplitHeads(const torch::Tensor& x, int64_t heads) {
+  return x.view({x.size(0), x.size(1), heads, x.size(2) / heads}).transpose(1, 2);
 }
 
 // [B, T] mask (1 token, 0 pad) -> additive attention bias [B, 1, 1, T], as families.mask_bias.
@@ -65,40 +101,41 @@ torch::Tensor AttentionContext(const torch::Tensor& qkv, const torch::Tensor& bi
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NativeField>> NativeField::FromModule(const torch::jit::Module& module) {
-  if (!module.hasattr(kAttribute)) {
-    return absl::NotFoundError(absl::StrCat("the module declares no '", kAttribute, "'"));
+  ASSIGN_OR_RETURN(const std::string kind, Declared(module, kAttribute));
+  std::string prefix;
+  if (module.hasattr(kPrefixAttribute)) {
+    if (!module.attr(kPrefixAttribute).isString()) {
+      return absl::InvalidArgumentError(absl::StrCat("attribute '", kPrefixAttribute, "' is not a string"));
+    }
+    prefix = module.attr(kPrefixAttribute).toStringRef();
   }
-  const c10::IValue declared = module.attr(kAttribute);
-  if (!declared.isString()) {
-    return absl::InvalidArgumentError(absl::StrCat("attribute '", kAttribute, "' is not a string"));
-  }
-  const std::string kind = declared.toStringRef();
+  const BlockReader read(module, prefix);
   std::unique_ptr<NativeField> field(new NativeField());
   if (kind == kPreLnName) {
     field->kind_ = Kind::kPreLn;
-    ASSIGN_OR_RETURN(field->ln1_w_, ReadVector(module, "ln1_w"));
-    ASSIGN_OR_RETURN(field->ffn_b_, ReadVector(module, "b_1"));
+    ASSIGN_OR_RETURN(field->ln1_w_, read.Vector("ln1_w"));
+    ASSIGN_OR_RETURN(field->ffn_b_, read.Vector("b_1"));
     const int64_t H = field->ln1_w_.size(0), F = field->ffn_b_.size(0);
     field->hidden_ = H;
-    ASSIGN_OR_RETURN(field->heads_, ReadInt(module, "num_heads"));
-    ASSIGN_OR_RETURN(field->scale_, ReadDouble(module, "scale"));
-    ASSIGN_OR_RETURN(field->ln1_b_, ReadTensor(module, "ln1_b", {H}));
-    ASSIGN_OR_RETURN(field->qkv_w_, ReadTensor(module, "w_qkv", {3 * H, H}));
-    ASSIGN_OR_RETURN(field->qkv_b_, ReadTensor(module, "b_qkv", {3 * H}));
-    ASSIGN_OR_RETURN(field->o_w_, ReadTensor(module, "w_o", {H, H}));
-    ASSIGN_OR_RETURN(field->o_b_, ReadTensor(module, "b_o", {H}));
-    ASSIGN_OR_RETURN(field->ln2_w_, ReadTensor(module, "ln2_w", {H}));
-    ASSIGN_OR_RETURN(field->ln2_b_, ReadTensor(module, "ln2_b", {H}));
-    ASSIGN_OR_RETURN(field->ffn_w_, ReadTensor(module, "w_1", {F, H}));
-    ASSIGN_OR_RETURN(field->out_w_, ReadTensor(module, "w_2", {H, F}));
-    ASSIGN_OR_RETURN(field->out_b_, ReadTensor(module, "b_2", {H}));
+    ASSIGN_OR_RETURN(field->heads_, read.Int("num_heads"));
+    ASSIGN_OR_RETURN(field->scale_, read.Double("scale"));
+    ASSIGN_OR_RETURN(field->ln1_b_, read.Tensor("ln1_b", {H}));
+    ASSIGN_OR_RETURN(field->qkv_w_, read.Tensor("w_qkv", {3 * H, H}));
+    ASSIGN_OR_RETURN(field->qkv_b_, read.Tensor("b_qkv", {3 * H}));
+    ASSIGN_OR_RETURN(field->o_w_, read.Tensor("w_o", {H, H}));
+    ASSIGN_OR_RETURN(field->o_b_, read.Tensor("b_o", {H}));
+    ASSIGN_OR_RETURN(field->ln2_w_, read.Tensor("ln2_w", {H}));
+    ASSIGN_OR_RETURN(field->ln2_b_, read.Tensor("ln2_b", {H}));
+    ASSIGN_OR_RETURN(field->ffn_w_, read.Tensor("w_1", {F, H}));
+    ASSIGN_OR_RETURN(field->out_w_, read.Tensor("w_2", {H, F}));
+    ASSIGN_OR_RETURN(field->out_b_, read.Tensor("b_2", {H}));
   } else if (kind == kAlbertPostLnName) {
     field->kind_ = Kind::kAlbertPostLn;
-    ASSIGN_OR_RETURN(const int64_t heads, ReadInt(module, "num_heads"));
-    ASSIGN_OR_RETURN(const int64_t head_dim, ReadInt(module, "head_dim"));
-    ASSIGN_OR_RETURN(const int64_t activation, ReadInt(module, "activation"));
-    ASSIGN_OR_RETURN(field->scale_, ReadDouble(module, "scale"));
-    ASSIGN_OR_RETURN(field->eps_, ReadDouble(module, "eps"));
+    ASSIGN_OR_RETURN(const int64_t heads, read.Int("num_heads"));
+    ASSIGN_OR_RETURN(const int64_t head_dim, read.Int("head_dim"));
+    ASSIGN_OR_RETURN(const int64_t activation, read.Int("activation"));
+    ASSIGN_OR_RETURN(field->scale_, read.Double("scale"));
+    ASSIGN_OR_RETURN(field->eps_, read.Double("eps"));
     if (activation < 0 || activation > 2) {
       return absl::InvalidArgumentError(absl::StrCat("native field: unknown activation code ", activation));
     }
@@ -106,26 +143,26 @@ absl::StatusOr<std::unique_ptr<NativeField>> NativeField::FromModule(const torch
     field->hidden_ = H;
     field->heads_ = heads;
     field->activation_ = static_cast<int>(activation);
-    ASSIGN_OR_RETURN(field->ffn_b_, ReadVector(module, "ffn_b"));
+    ASSIGN_OR_RETURN(field->ffn_b_, read.Vector("ffn_b"));
     const int64_t F = field->ffn_b_.size(0);
-    ASSIGN_OR_RETURN(const torch::Tensor q_w, ReadTensor(module, "q_w", {H, H}));
-    ASSIGN_OR_RETURN(const torch::Tensor q_b, ReadTensor(module, "q_b", {H}));
-    ASSIGN_OR_RETURN(const torch::Tensor k_w, ReadTensor(module, "k_w", {H, H}));
-    ASSIGN_OR_RETURN(const torch::Tensor k_b, ReadTensor(module, "k_b", {H}));
-    ASSIGN_OR_RETURN(const torch::Tensor v_w, ReadTensor(module, "v_w", {H, H}));
-    ASSIGN_OR_RETURN(const torch::Tensor v_b, ReadTensor(module, "v_b", {H}));
+    ASSIGN_OR_RETURN(const torch::Tensor q_w, read.Tensor("q_w", {H, H}));
+    ASSIGN_OR_RETURN(const torch::Tensor q_b, read.Tensor("q_b", {H}));
+    ASSIGN_OR_RETURN(const torch::Tensor k_w, read.Tensor("k_w", {H, H}));
+    ASSIGN_OR_RETURN(const torch::Tensor k_b, read.Tensor("k_b", {H}));
+    ASSIGN_OR_RETURN(const torch::Tensor v_w, read.Tensor("v_w", {H, H}));
+    ASSIGN_OR_RETURN(const torch::Tensor v_b, read.Tensor("v_b", {H}));
     // One product for the three projections (same dtype as stored: bfloat16 stays bfloat16).
     field->qkv_w_ = at::cat({q_w, k_w, v_w}, 0);
     field->qkv_b_ = at::cat({q_b, k_b, v_b}, 0);
-    ASSIGN_OR_RETURN(field->o_w_, ReadTensor(module, "o_w", {H, H}));
-    ASSIGN_OR_RETURN(field->o_b_, ReadTensor(module, "o_b", {H}));
-    ASSIGN_OR_RETURN(field->ln1_w_, ReadTensor(module, "attn_ln_w", {H}));
-    ASSIGN_OR_RETURN(field->ln1_b_, ReadTensor(module, "attn_ln_b", {H}));
-    ASSIGN_OR_RETURN(field->ffn_w_, ReadTensor(module, "ffn_w", {F, H}));
-    ASSIGN_OR_RETURN(field->out_w_, ReadTensor(module, "ffn_out_w", {H, F}));
-    ASSIGN_OR_RETURN(field->out_b_, ReadTensor(module, "ffn_out_b", {H}));
-    ASSIGN_OR_RETURN(field->ln2_w_, ReadTensor(module, "out_ln_w", {H}));
-    ASSIGN_OR_RETURN(field->ln2_b_, ReadTensor(module, "out_ln_b", {H}));
+    ASSIGN_OR_RETURN(field->o_w_, read.Tensor("o_w", {H, H}));
+    ASSIGN_OR_RETURN(field->o_b_, read.Tensor("o_b", {H}));
+    ASSIGN_OR_RETURN(field->ln1_w_, read.Tensor("attn_ln_w", {H}));
+    ASSIGN_OR_RETURN(field->ln1_b_, read.Tensor("attn_ln_b", {H}));
+    ASSIGN_OR_RETURN(field->ffn_w_, read.Tensor("ffn_w", {F, H}));
+    ASSIGN_OR_RETURN(field->out_w_, read.Tensor("ffn_out_w", {H, F}));
+    ASSIGN_OR_RETURN(field->out_b_, read.Tensor("ffn_out_b", {H}));
+    ASSIGN_OR_RETURN(field->ln2_w_, read.Tensor("out_ln_w", {H}));
+    ASSIGN_OR_RETURN(field->ln2_b_, read.Tensor("out_ln_b", {H}));
   } else {
     return absl::InvalidArgumentError(absl::StrCat("attribute '", kAttribute, "' is '", kind, "'; this server knows '",
                                                    kPreLnName, "' and '", kAlbertPostLnName, "'"));
@@ -174,6 +211,66 @@ torch::Tensor NativeField::AlbertPostLn(const torch::Tensor& state, const torch:
   const torch::Tensor layer = at::layer_norm(at::linear(inner, out_w_, out_b_) + a, {H}, ln2_w_, ln2_b_, eps_);
   const torch::Tensor field = layer.to(at::kFloat) - h;
   return at::where(keep, field, at::zeros({}, field.options()));
+}
+
+absl::StatusOr<std::unique_ptr<NativeDecoderField>> NativeDecoderField::FromModule(const torch::jit::Module& module) {
+  ASSIGN_OR_RETURN(const std::string kind, Declared(module, kAttribute));
+  if (kind != kPreLnCrossName) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute '", kAttribute, "' is '", kind, "'; this server knows '", kPreLnCrossName, "'"));
+  }
+  const BlockReader read(module, "d_");
+  std::unique_ptr<NativeDecoderField> field(new NativeDecoderField());
+  ASSIGN_OR_RETURN(field->ln1_w_, read.Vector("ln1_w"));
+  ASSIGN_OR_RETURN(field->b_1_, read.Vector("b_1"));
+  const int64_t H = field->ln1_w_.size(0), F = field->b_1_.size(0);
+  ASSIGN_OR_RETURN(field->heads_, read.Int("num_heads"));
+  ASSIGN_OR_RETURN(field->scale_, read.Double("scale"));
+  if (field->heads_ <= 0 || H % field->heads_ != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("native decoder: ", field->heads_, " heads do not divide the width ", H));
+  }
+  ASSIGN_OR_RETURN(field->ln1_b_, read.Tensor("ln1_b", {H}));
+  ASSIGN_OR_RETURN(field->w_qkv_, read.Tensor("w_qkv", {3 * H, H}));
+  ASSIGN_OR_RETURN(field->b_qkv_, read.Tensor("b_qkv", {3 * H}));
+  ASSIGN_OR_RETURN(field->w_o_, read.Tensor("w_o", {H, H}));
+  ASSIGN_OR_RETURN(field->b_o_, read.Tensor("b_o", {H}));
+  ASSIGN_OR_RETURN(field->ln2_w_, read.Tensor("ln2_w", {H}));
+  ASSIGN_OR_RETURN(field->ln2_b_, read.Tensor("ln2_b", {H}));
+  ASSIGN_OR_RETURN(field->w_q2_, read.Tensor("w_q2", {H, H}));
+  ASSIGN_OR_RETURN(field->b_q2_, read.Tensor("b_q2", {H}));
+  ASSIGN_OR_RETURN(field->w_o2_, read.Tensor("w_o2", {H, H}));
+  ASSIGN_OR_RETURN(field->b_o2_, read.Tensor("b_o2", {H}));
+  ASSIGN_OR_RETURN(field->ln3_w_, read.Tensor("ln3_w", {H}));
+  ASSIGN_OR_RETURN(field->ln3_b_, read.Tensor("ln3_b", {H}));
+  ASSIGN_OR_RETURN(field->w_1_, read.Tensor("w_1", {F, H}));
+  ASSIGN_OR_RETURN(field->w_2_, read.Tensor("w_2", {H, F}));
+  ASSIGN_OR_RETURN(field->b_2_, read.Tensor("b_2", {H}));
+  return field;
+}
+
+NativeDecoderField::Result NativeDecoderField::Evaluate(const torch::Tensor& g, const torch::Tensor& cache_k,
+                                                        const torch::Tensor& cache_v, const torch::Tensor& cross_k,
+                                                        const torch::Tensor& cross_v,
+                                                        const torch::Tensor& cross_bias) const {
+  const int64_t H = ln1_w_.size(0);
+  // Self-attention over the earlier positions' keys and values plus this one's.
+  const std::vector<torch::Tensor> qkv =
+      at::linear(at::layer_norm(g, {H}, ln1_w_, ln1_b_, 1e-5), w_qkv_, b_qkv_).chunk(3, -1);
+  const torch::Tensor q = SplitHeads(qkv[0], heads_);
+  Result out;
+  out.cache_k = at::cat({cache_k, SplitHeads(qkv[1], heads_)}, 2);
+  out.cache_v = at::cat({cache_v, SplitHeads(qkv[2], heads_)}, 2);
+  const torch::Tensor self_scores = at::mul(at::matmul(q, out.cache_k.transpose(-1, -2)), scale_);
+  const torch::Tensor a = at::linear(MergeHeads(at::matmul(at::softmax(self_scores, -1), out.cache_v)), w_o_, b_o_);
+  // Cross-attention over the source.
+  const torch::Tensor y = at::layer_norm(g + a, {H}, ln2_w_, ln2_b_, 1e-5);
+  const torch::Tensor q2 = SplitHeads(at::linear(y, w_q2_, b_q2_), heads_);
+  const torch::Tensor cross_scores = at::add(cross_bias, at::matmul(q2, cross_k.transpose(-1, -2)), scale_);
+  const torch::Tensor c = at::linear(MergeHeads(at::matmul(at::softmax(cross_scores, -1), cross_v)), w_o2_, b_o2_);
+  const torch::Tensor z = at::layer_norm(g + a + c, {H}, ln3_w_, ln3_b_, 1e-5);
+  torch::Tensor m = at::linear(at::gelu(at::linear(z, w_1_, b_1_)), w_2_, b_2_);
+  out.field = (a + c).add_(m);
+  return out;
 }
 
 }  // namespace odeserve::runtime

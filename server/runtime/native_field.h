@@ -28,8 +28,10 @@ class NativeField {
     kAlbertPostLn,
   };
 
-  /// The module attribute that declares a native field, and its values.
+  /// The module attribute that declares a native field, and its values. Tensor names get the
+  /// optional string attribute `native_field_prefix` in front (the translator's encoder: "e_").
   static constexpr const char* kAttribute = "native_field";
+  static constexpr const char* kPrefixAttribute = "native_field_prefix";
   static constexpr const char* kPreLnName = "pre_ln";
   static constexpr const char* kAlbertPostLnName = "albert_post_ln";
 
@@ -61,6 +63,38 @@ class NativeField {
   // Pre-LN: ln1, qkv (fused), o, ln2, ffn in, ffn out. ALBERT: qkv (fused here from its three
   // matrices), o, attention LayerNorm, ffn in, ffn out, output LayerNorm.
   torch::Tensor ln1_w_, ln1_b_, qkv_w_, qkv_b_, o_w_, o_b_, ln2_w_, ln2_b_, ffn_w_, ffn_b_, out_w_, out_b_;
+};
+
+/// The translator's decoder block (models/odeserve_models/translation.py, decoder_field): pre-LN
+/// self-attention over a KV cache, cross-attention to the source, feed-forward; tensors d_*.
+/// Declared by the module's string attribute `native_decoder` = "pre_ln_cross".
+class NativeDecoderField {
+ public:
+  static constexpr const char* kAttribute = "native_decoder";
+  static constexpr const char* kPreLnCrossName = "pre_ln_cross";
+
+  /// As NativeField::FromModule: NotFound without a declaration, InvalidArgument naming what is
+  /// wrong with one.
+  static absl::StatusOr<std::unique_ptr<NativeDecoderField>> FromModule(const torch::jit::Module& module);
+
+  struct Result {
+    torch::Tensor field, cache_k, cache_v;
+  };
+  /// decoder_field(g [B, 1, H], cache_k/v [B, heads, P, dh], cross_k/v [B, heads, S, dh],
+  /// cross_bias [B, 1, 1, S]): the field at this position and the caches with it appended.
+  Result Evaluate(const torch::Tensor& g, const torch::Tensor& cache_k, const torch::Tensor& cache_v,
+                  const torch::Tensor& cross_k, const torch::Tensor& cross_v, const torch::Tensor& cross_bias) const;
+
+  int64_t width() const { return ln1_w_.size(0); }  // H
+  int64_t heads() const { return heads_; }
+
+ private:
+  NativeDecoderField() = default;
+
+  int64_t heads_ = 0;
+  double scale_ = 0;
+  torch::Tensor ln1_w_, ln1_b_, w_qkv_, b_qkv_, w_o_, b_o_, ln2_w_, ln2_b_, w_q2_, b_q2_, w_o2_, b_o2_, ln3_w_, ln3_b_,
+      w_1_, b_1_, w_2_, b_2_;
 };
 
 }  // namespace odeserve::runtime

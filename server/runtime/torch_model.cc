@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "server/common/status_macros.h"
 
 namespace odeserve::runtime {
 namespace {
@@ -229,34 +230,83 @@ absl::StatusOr<std::unique_ptr<TorchModel>> TorchModel::Load(const std::string& 
   }
 }
 
+absl::Status TorchModel::CompareWithScript(const std::string& declaration, const std::vector<torch::Tensor>& script,
+                                           const std::vector<torch::Tensor>& native) const {
+  double scale = 1.0, difference = 0.0;
+  for (size_t i = 0; i < script.size(); ++i) {
+    const torch::Tensor want = script[i].to(torch::kFloat32), got = native[i].to(torch::kFloat32);
+    scale = std::max(scale, want.abs().max().item<double>());
+    difference = std::max(difference, (want - got).abs().max().item<double>());
+  }
+  const double tolerance = (precision_ == ComputePrecision::kBFloat16 ? 5e-2 : 1e-4) * scale;
+  if (!(difference <= tolerance)) {
+    return absl::InvalidArgumentError(absl::StrCat("the module declares ", declaration,
+                                                   " but its script differs from that block by ", difference,
+                                                   " on a probe state (tolerance ", tolerance, ")"));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Probe inputs: fixed-seed normal values at a LayerNorm output's scale.
+torch::Tensor Probe(c10::IntArrayRef shape, uint64_t seed, const torch::Device& device) {
+  return torch::randn(shape, at::detail::createCPUGenerator(seed), torch::kFloat32).to(device);
+}
+
+// Two rows, the second padded after 3 of `length` positions.
+torch::Tensor ProbeMask(int64_t length, const torch::Device& device) {
+  torch::Tensor mask = torch::ones({2, length});
+  mask.index_put_({1, torch::indexing::Slice(3, torch::indexing::None)}, 0.0);
+  return mask.to(device);
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> TorchModel::UseNativeField() {
   try {
     c10::InferenceMode guard;
-    absl::StatusOr<std::unique_ptr<NativeField>> field = NativeField::FromModule(module_);
-    if (!field.ok()) return field.status();
-    // A probe state: two rows, the second padded after 3 of 5 positions, at the scale of a
-    // LayerNorm output; the comparison covers token positions only (pads may hold anything).
-    const int64_t width = (*field)->state_width();
-    const torch::Tensor h = torch::randn({2, 5, width}, at::detail::createCPUGenerator(/*seed_in=*/20261207),
-                                         torch::kFloat32).to(device_);
-    torch::Tensor mask = torch::ones({2, 5}, h.options());
-    mask.index_put_({1, torch::indexing::Slice(3, torch::indexing::None)}, 0.0);
-    PrecisionScope precision(precision_, device_);
+    ASSIGN_OR_RETURN(std::unique_ptr<NativeField> field, NativeField::FromModule(module_));
+    const torch::Tensor h = Probe({2, 5, field->state_width()}, 20261207, device_);
+    const torch::Tensor mask = ProbeMask(5, device_);
+    // Token positions only: pads may hold anything.
     const torch::Tensor tokens = mask.unsqueeze(-1);
-    const torch::Tensor script = vector_field_({h, mask}).toTensor().to(torch::kFloat32) * tokens;
-    const torch::Tensor native = (*field)->Evaluate(h, mask).to(torch::kFloat32) * tokens;
-    const double scale = std::max(1.0, script.abs().max().item<double>());
-    const double difference = (script - native).abs().max().item<double>();
-    const double tolerance = (precision_ == ComputePrecision::kBFloat16 ? 5e-2 : 1e-4) * scale;
-    if (!(difference <= tolerance)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the module declares ", NativeField::kAttribute, " '", (*field)->name(), "' but its vector_field differs from that block by ",
-          difference, " on a probe state (tolerance ", tolerance, ")"));
-    }
-    native_field_ = *std::move(field);
+    PrecisionScope precision(precision_, device_);
+    RETURN_IF_ERROR(CompareWithScript(absl::StrCat(NativeField::kAttribute, " '", field->name(), "'"),
+                                      {vector_field_({h, mask}).toTensor().to(torch::kFloat32) * tokens},
+                                      {field->Evaluate(h, mask).to(torch::kFloat32) * tokens}));
+    native_field_ = std::move(field);
     return std::string(native_field_->name());
   } catch (const c10::Error& e) {
     return absl::InvalidArgumentError(absl::StrCat("native field: ", e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<std::string> TorchModel::UseNativeDecoder() {
+  if (!has_decoder()) return absl::NotFoundError("the module has no decoder");
+  try {
+    c10::InferenceMode guard;
+    ASSIGN_OR_RETURN(std::unique_ptr<NativeDecoderField> decoder, NativeDecoderField::FromModule(module_));
+    const int64_t width = decoder->width(), heads = decoder->heads(), head_dim = width / heads;
+    const torch::Tensor g = Probe({2, 1, width}, 1, device_);
+    const torch::Tensor cache_k = Probe({2, heads, 3, head_dim}, 2, device_);
+    const torch::Tensor cache_v = Probe({2, heads, 3, head_dim}, 3, device_);
+    const torch::Tensor cross_k = Probe({2, heads, 5, head_dim}, 4, device_);
+    const torch::Tensor cross_v = Probe({2, heads, 5, head_dim}, 5, device_);
+    const torch::Tensor cross_bias = at::mul(at::sub(ProbeMask(5, device_), 1.0), 1e9).unsqueeze(1).unsqueeze(2);
+    PrecisionScope precision(precision_, device_);
+    const DecoderFieldResult script = [&] {
+      const auto out = (*decoder_field_)({g, cache_k, cache_v, cross_k, cross_v, cross_bias}).toTuple();
+      return DecoderFieldResult{out->elements()[0].toTensor(), out->elements()[1].toTensor(), out->elements()[2].toTensor()};
+    }();
+    const NativeDecoderField::Result native = decoder->Evaluate(g, cache_k, cache_v, cross_k, cross_v, cross_bias);
+    RETURN_IF_ERROR(CompareWithScript(absl::StrCat(NativeDecoderField::kAttribute, " '", NativeDecoderField::kPreLnCrossName, "'"),
+                                      {script.field, script.cache_k, script.cache_v},
+                                      {native.field, native.cache_k, native.cache_v}));
+    native_decoder_ = std::move(decoder);
+    return std::string(NativeDecoderField::kPreLnCrossName);
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("native decoder: ", e.what_without_backtrace()));
   }
 }
 
@@ -302,11 +352,12 @@ absl::StatusOr<TorchModel::StoredWeights> TorchModel::StoreProductWeightsInBfloa
       ++stored.tensors;
       stored.values += weight.numel();
     }
+    // The native blocks hold the float32 tensors just replaced.
     if (native_field_) {
-      // It holds the float32 tensors just replaced.
-      absl::StatusOr<std::unique_ptr<NativeField>> field = NativeField::FromModule(module_);
-      if (!field.ok()) return field.status();
-      native_field_ = *std::move(field);
+      ASSIGN_OR_RETURN(native_field_, NativeField::FromModule(module_));
+    }
+    if (native_decoder_) {
+      ASSIGN_OR_RETURN(native_decoder_, NativeDecoderField::FromModule(module_));
     }
     return stored;
   } catch (const c10::Error& e) {
@@ -335,6 +386,10 @@ torch::Tensor TorchModel::DecoderInputUnchecked(const torch::Tensor& tokens, con
 TorchModel::DecoderFieldResult TorchModel::DecoderFieldUnchecked(
     const torch::Tensor& g, const torch::Tensor& cache_k, const torch::Tensor& cache_v,
     const torch::Tensor& cross_k, const torch::Tensor& cross_v, const torch::Tensor& cross_bias) {
+  if (native_decoder_) {
+    NativeDecoderField::Result out = native_decoder_->Evaluate(g, cache_k, cache_v, cross_k, cross_v, cross_bias);
+    return {std::move(out.field), std::move(out.cache_k), std::move(out.cache_v)};
+  }
   const auto out = (*decoder_field_)({g, cache_k, cache_v, cross_k, cross_v, cross_bias}).toTuple();
   return {out->elements()[0].toTensor(), out->elements()[1].toTensor(), out->elements()[2].toTensor()};
 }

@@ -67,6 +67,11 @@ class TorchModel {
   absl::StatusOr<std::string> UseNativeField();
   /// The native field's name, empty while the TorchScript field runs.
   std::string native_field() const { return native_field_ ? std::string(native_field_->name()) : std::string(); }
+  /// The same for a translator's decoder_field (NativeDecoderField, attribute native_decoder), with
+  /// the same probe and tolerances (field and both caches compared). NotFound without a decoder
+  /// or a declaration.
+  absl::StatusOr<std::string> UseNativeDecoder();
+  bool native_decoder() const { return native_decoder_ != nullptr; }
 
   /// Unchecked calls for the hot loop; callers catch c10::Error themselves.
   torch::Tensor VectorFieldUnchecked(const torch::Tensor& h, const torch::Tensor& mask);
@@ -131,6 +136,11 @@ class TorchModel {
   torch::jit::Method output_stage_;
   std::optional<torch::jit::Method> cross_kv_, decoder_input_, decoder_field_, decoder_logits_;
   std::unique_ptr<NativeField> native_field_;  // replaces vector_field_ on the hot path when set
+  std::unique_ptr<NativeDecoderField> native_decoder_;  // replaces decoder_field_ when set
+  // Largest |script - native| over `script`'s scale against this precision's tolerance: an
+  // InvalidArgument naming `declaration` when it is exceeded.
+  absl::Status CompareWithScript(const std::string& declaration, const std::vector<torch::Tensor>& script,
+                                 const std::vector<torch::Tensor>& native) const;
   torch::Device device_;
   ComputePrecision precision_ = ComputePrecision::kFloat32;
   int trained_depth_;

@@ -79,9 +79,11 @@ Loaded* Load(const std::string& dir, int precision) {
     }
   }
   if (g_native_fields) {
-    if (auto native = (*model)->UseNativeField(); !native.ok() && !absl::IsNotFound(native.status())) {
-      std::fprintf(stderr, "%s\n", native.status().ToString().c_str());
-      std::exit(2);
+    for (const auto& native : {(*model)->UseNativeField(), (*model)->UseNativeDecoder()}) {
+      if (!native.ok() && !absl::IsNotFound(native.status())) {
+        std::fprintf(stderr, "%s\n", native.status().ToString().c_str());
+        std::exit(2);
+      }
     }
   }
   l->model = *std::move(model);
@@ -211,7 +213,8 @@ void BM_Translate(benchmark::State& state) {
   state.counters["decoded_tokens/s"] = static_cast<double>(generated) / std::max(1e-9, decoder_seconds);
   state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(generated), benchmark::Counter::kIsRate);
   state.counters["tokens/batch"] = benchmark::Counter(static_cast<double>(generated), benchmark::Counter::kAvgIterations);
-  state.SetLabel("beam " + std::to_string(beam) + ", decoder L=" + std::to_string(decoder_depth) + ", " +
+  state.SetLabel(std::string(m.model->native_decoder() ? "native" : "torchscript") + " decoder, beam " +
+                 std::to_string(beam) + ", decoder L=" + std::to_string(decoder_depth) + ", " +
                  PrecisionLabel(precision));
 }
 

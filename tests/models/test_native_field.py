@@ -18,6 +18,7 @@ import torch
 from odeserve_models import families
 from odeserve_models.export import save_torchscript
 from odeserve_models.exporting import declare_native_field
+from odeserve_models.translation import SharedTranslator
 from odeserve_models.albert.importer import import_albert
 from odeserve_models.albert.synthetic import write_synthetic_checkpoint
 
@@ -90,9 +91,27 @@ class NativeFieldDeclaration(unittest.TestCase):
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
             self.assertEqual(declare_native_field.main([path]), 1)
-        self.assertIn("differs from the pre-LN block", err.getvalue())
+        self.assertIn("differ from the declared ones", err.getvalue())
         self.assertEqual(os.path.getsize(path), size)
         self.assertFalse(hasattr(torch.jit.load(path), "native_field"))
+
+    def test_an_older_translator_gets_its_encoder_and_decoder_declared(self):
+        torch.manual_seed(4)
+        model = SharedTranslator(vocab=40, hidden=16, heads=2, ffn=32, encoder_depth=2, decoder_depth=3, max_len=12).eval()
+        self.assertEqual((model.native_field, model.native_field_prefix, model.native_decoder), ("pre_ln", "e_", "pre_ln_cross"))
+        for name in ("native_field", "native_field_prefix", "native_decoder"):
+            delattr(model, name)
+        old, new = self.path("translator-old.pt"), self.path("translator-new.pt")
+        torch.jit.save(torch.jit.script(model), old)
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.assertEqual(declare_native_field.main([old, "--out", new]), 0)
+        before, after = torch.jit.load(old), torch.jit.load(new)
+        self.assertEqual((after.native_field, after.native_field_prefix, after.native_decoder), ("pre_ln", "e_", "pre_ln_cross"))
+        memory, mask = torch.randn(2, 6, 16), torch.ones(2, 6)
+        g, cache = torch.randn(2, 1, 16), torch.randn(2, 2, 1, 8)
+        for x, y in zip(before.decoder_field(g, cache, cache, *before.cross_kv(memory, mask)),
+                        after.decoder_field(g, cache, cache, *after.cross_kv(memory, mask))):
+            self.assertTrue(torch.equal(x, y))
 
     def test_the_albert_importer_declares_the_post_ln_block(self):
         write_synthetic_checkpoint(self.path("ckpt"), format="safetensors", task="embedding")

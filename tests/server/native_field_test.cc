@@ -286,7 +286,7 @@ def vector_field(self, h: Tensor, mask: Tensor) -> Tensor:
   ASSERT_NE(model, nullptr);
   absl::StatusOr<std::string> native = model->UseNativeField();
   EXPECT_EQ(native.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(native.status().message(), HasSubstr("declares native_field 'pre_ln' but its vector_field differs"));
+  EXPECT_THAT(native.status().message(), HasSubstr("declares native_field 'pre_ln' but its script differs from that block"));
   EXPECT_EQ(model->native_field(), "") << "the script's field stays";
 }
 

@@ -900,7 +900,7 @@ INSTANTIATE_TEST_SUITE_P(TinyModelsNativeField, EveryTinyModel,
                          TinyModelTestName);
 
 TEST(TorchModel, ClassifiersWithOtherFieldsDeclareNoNativeField) {
-  for (const char* name : {"tiny-lexical", "tiny-probe", "tiny-translator"}) {
+  for (const char* name : {"tiny-lexical", "tiny-probe"}) {
     auto tiny = LoadTiny(name);
     ASSERT_NE(tiny, nullptr);
     EXPECT_EQ(tiny->model->UseNativeField().status().code(), absl::StatusCode::kNotFound) << name;
@@ -977,14 +977,25 @@ Translated Translate(TorchExecutor& executor, const ExecBatch& batch,
   return result;
 }
 
-class TranslationExecutorTest : public ::testing::Test {
+// Every translation test runs twice: with the module's scripted encoder field and decoder_field,
+// and with both evaluated natively (parameter true).
+class TranslationExecutorTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
-    tiny_ = LoadTiny("tiny-translator");
+    tiny_ = LoadTranslator();
     ASSERT_NE(tiny_, nullptr);
     ASSERT_TRUE(tiny_->model->has_decoder());
     executor_ = std::make_unique<runtime::TranslationExecutor>(tiny_->model, tiny_->layout,
                                                                tiny_->config.translation().max_output_tokens());
+  }
+  std::unique_ptr<TinyModel> LoadTranslator(ComputePrecision precision = ComputePrecision::kFloat32) {
+    auto tiny = LoadTiny("tiny-translator", precision);
+    if (tiny == nullptr || !GetParam()) return tiny;
+    absl::StatusOr<std::string> field = tiny->model->UseNativeField();
+    absl::StatusOr<std::string> decoder = tiny->model->UseNativeDecoder();
+    EXPECT_TRUE(field.ok()) << field.status();
+    EXPECT_TRUE(decoder.ok()) << decoder.status();
+    return field.ok() && decoder.ok() ? std::move(tiny) : nullptr;
   }
   ExecRow RowOf(size_t text, int encoder_steps, int decoder_steps, int beam, int max_output = 0) {
     return {&tiny_->rows[text], encoder_steps, scheduler::DecodeSpec{decoder_steps, beam, max_output, 1}};
@@ -993,7 +1004,7 @@ class TranslationExecutorTest : public ::testing::Test {
   std::unique_ptr<runtime::TranslationExecutor> executor_;
 };
 
-TEST_F(TranslationExecutorTest, EachRowTranslatesAsItWouldAlone) {
+TEST_P(TranslationExecutorTest, EachRowTranslatesAsItWouldAlone) {
   // Rows of different lengths, encoder steps, decoder steps and beams share one batch (two
   // decoder groups, padding, rows finishing at different positions).
   const std::vector<ExecRow> rows = {RowOf(0, 4, 4, 1), RowOf(1, 2, 4, 1), RowOf(3, 4, 2, 3),
@@ -1012,7 +1023,7 @@ TEST_F(TranslationExecutorTest, EachRowTranslatesAsItWouldAlone) {
   EXPECT_GT(lengths.size(), 1u) << "rows must end at different positions for this test to mean anything";
 }
 
-TEST_F(TranslationExecutorTest, RowParallelDecodingMatchesOneThread) {
+TEST_P(TranslationExecutorTest, RowParallelDecodingMatchesOneThread) {
   // 5 rows x beam 3: 15 hypotheses per decoder call at first, enough to split.
   std::vector<ExecRow> rows;
   for (size_t text = 0; text < 5; ++text) rows.push_back(RowOf(text, 4, 4, 3));
@@ -1036,7 +1047,7 @@ TEST_F(TranslationExecutorTest, RowParallelDecodingMatchesOneThread) {
   }
 }
 
-TEST_F(TranslationExecutorTest, LengthPenaltyRanksTheSameFinishedHypotheses) {
+TEST_P(TranslationExecutorTest, LengthPenaltyRanksTheSameFinishedHypotheses) {
   // The search itself ranks raw log-probabilities; length_penalty only ranks the finished
   // hypotheses, by log-probability / tokens ^ penalty. So a larger penalty never picks a
   // shorter translation, and a translation that wins under two penalties carries the same
@@ -1072,7 +1083,7 @@ TEST_F(TranslationExecutorTest, LengthPenaltyRanksTheSameFinishedHypotheses) {
   EXPECT_GT(compared, 0) << "no row kept its translation across penalties: the score check never ran";
 }
 
-TEST_F(TranslationExecutorTest, GreedyRowsReportTheirTokensAsTheyComeBeamRowsDoNot) {
+TEST_P(TranslationExecutorTest, GreedyRowsReportTheirTokensAsTheyComeBeamRowsDoNot) {
   Translated run = Translate(*executor_, ExecBatch{scheduler::Solver::kEuler,
                                                    {RowOf(0, 4, 4, 1, 12), RowOf(1, 4, 4, 3, 12)}});
   ASSERT_TRUE(run.stats.ok());
@@ -1088,7 +1099,7 @@ TEST_F(TranslationExecutorTest, GreedyRowsReportTheirTokensAsTheyComeBeamRowsDoN
   }
 }
 
-TEST_F(TranslationExecutorTest, OutputLimitAndCostCountersAreExact) {
+TEST_P(TranslationExecutorTest, OutputLimitAndCostCountersAreExact) {
   const int steps = 3;
   Translated run = Translate(*executor_, ExecBatch{scheduler::Solver::kEuler, {RowOf(1, 4, steps, 1, 5), RowOf(3, 4, steps, 1, 2)}});
   ASSERT_TRUE(run.stats.ok());
@@ -1104,7 +1115,7 @@ TEST_F(TranslationExecutorTest, OutputLimitAndCostCountersAreExact) {
   EXPECT_LE(run.stats->decoder_seconds, run.stats->seconds) << "the search is part of the run";
 }
 
-TEST_F(TranslationExecutorTest, AbandonedRowLeavesAtTheNextPosition) {
+TEST_P(TranslationExecutorTest, AbandonedRowLeavesAtTheNextPosition) {
   // Rows are polled after each encoder iteration they continue past (encoder_steps - 1 polls),
   // then after each decoder position; row 1 is abandoned after `positions` decoder positions.
   const int encoder_steps = 4, steps = 4, positions = 2;
@@ -1131,8 +1142,8 @@ TEST_F(TranslationExecutorTest, AbandonedRowLeavesAtTheNextPosition) {
   EXPECT_EQ(run.stats->decoder_row_evaluations, int64_t{steps} * (p0 + positions));
 }
 
-TEST_F(TranslationExecutorTest, Bfloat16SearchFinishesEveryRowWithFloat32Scores) {
-  auto bf16 = LoadTiny("tiny-translator", ComputePrecision::kBFloat16);
+TEST_P(TranslationExecutorTest, Bfloat16SearchFinishesEveryRowWithFloat32Scores) {
+  auto bf16 = LoadTranslator(ComputePrecision::kBFloat16);
   ASSERT_NE(bf16, nullptr);
   TranslationExecutor fast(bf16->model, bf16->layout, bf16->config.translation().max_output_tokens());
   const ExecBatch batch{scheduler::Solver::kEuler,
@@ -1151,9 +1162,9 @@ TEST_F(TranslationExecutorTest, Bfloat16SearchFinishesEveryRowWithFloat32Scores)
   }
 }
 
-TEST_F(TranslationExecutorTest, Bfloat16WeightsStoredAtLoadTranslateBitIdentically) {
-  auto stored = LoadTiny("tiny-translator", ComputePrecision::kBFloat16);
-  auto cast_per_call = LoadTiny("tiny-translator", ComputePrecision::kBFloat16);
+TEST_P(TranslationExecutorTest, Bfloat16WeightsStoredAtLoadTranslateBitIdentically) {
+  auto stored = LoadTranslator(ComputePrecision::kBFloat16);
+  auto cast_per_call = LoadTranslator(ComputePrecision::kBFloat16);
   ASSERT_NE(stored, nullptr);
   ASSERT_NE(cast_per_call, nullptr);
   absl::StatusOr<TorchModel::StoredWeights> weights = stored->model->StoreProductWeightsInBfloat16();
@@ -1172,6 +1183,56 @@ TEST_F(TranslationExecutorTest, Bfloat16WeightsStoredAtLoadTranslateBitIdentical
   for (size_t r = 0; r < batch.rows.size(); ++r) {
     EXPECT_EQ(got.tokens[r], want.tokens[r]) << "row " << r;
     EXPECT_EQ(got.scores[r], want.scores[r]) << "row " << r;
+  }
+}
+
+TEST_P(TranslationExecutorTest, NativeBlocksTranslateLikeTheScript) {
+  if (!GetParam()) GTEST_SKIP() << "compares the native instance with the script";
+  auto script = LoadTiny("tiny-translator");
+  ASSERT_NE(script, nullptr);
+  runtime::TranslationExecutor reference(script->model, script->layout, script->config.translation().max_output_tokens());
+  std::vector<ExecRow> rows;
+  for (size_t text = 0; text < tiny_->rows.size(); ++text) rows.push_back(RowOf(text, 4, 4, text % 2 == 0 ? 1 : 3));
+  Translated want = Translate(reference, ExecBatch{scheduler::Solver::kEuler, rows});
+  Translated got = Translate(*executor_, ExecBatch{scheduler::Solver::kEuler, rows});
+  ASSERT_TRUE(want.stats.ok()) << want.stats.status();
+  ASSERT_TRUE(got.stats.ok()) << got.stats.status();
+  for (size_t r = 0; r < rows.size(); ++r) {
+    EXPECT_EQ(got.tokens[r], want.tokens[r]) << "row " << r;
+    EXPECT_NEAR(got.scores[r], want.scores[r], 1e-4) << "row " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ScriptAndNative, TranslationExecutorTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "native" : "script"; });
+
+// The bundled translator declares both blocks: decoded natively, greedy and beam 4, it writes
+// the script's tokens with the script's scores.
+TEST(BundledTranslator, NativeBlocksTranslateLikeTheScript) {
+  const fs::path dir = ODESERVE_BUNDLED_TRANSLATOR;
+  auto script = LoadModelIn(dir, ComputePrecision::kFloat32);
+  auto native = LoadModelIn(dir, ComputePrecision::kFloat32);
+  ASSERT_NE(script, nullptr);
+  ASSERT_NE(native, nullptr);
+  ASSERT_TRUE(native->model->UseNativeField().ok());
+  absl::StatusOr<std::string> decoder = native->model->UseNativeDecoder();
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  const int max_output = script->config.translation().max_output_tokens();
+  runtime::TranslationExecutor slow(script->model, script->layout, max_output);
+  runtime::TranslationExecutor fast(native->model, native->layout, max_output);
+  const int encoder = script->depth, decoder_depth = script->config.translation().decoder_trained_depth();
+  for (const int beam : {1, 4}) {
+    ExecBatch batch{scheduler::Solver::kEuler, {}};
+    for (const auto& row : script->rows) batch.rows.push_back({&row, encoder, scheduler::DecodeSpec{decoder_depth, beam, 0, 1}});
+    Translated want = Translate(slow, batch);
+    Translated got = Translate(fast, batch);
+    ASSERT_TRUE(want.stats.ok()) << want.stats.status();
+    ASSERT_TRUE(got.stats.ok()) << got.stats.status();
+    for (size_t r = 0; r < batch.rows.size(); ++r) {
+      EXPECT_FALSE(want.tokens[r].empty());
+      EXPECT_EQ(got.tokens[r], want.tokens[r]) << "beam " << beam << " row " << r;
+      EXPECT_NEAR(got.scores[r], want.scores[r], 1e-4) << "beam " << beam << " row " << r;
+    }
   }
 }
 
@@ -1240,7 +1301,7 @@ TEST(TorchExecutor, YieldsBetweenStepsAndLeavesTheWaitOutOfItsSeconds) {
   EXPECT_LT(run.stats->seconds, wall - 0.29);
 }
 
-TEST_F(TranslationExecutorTest, YieldsBetweenDecoderPositionsAndLeavesTheWaitOutOfItsSeconds) {
+TEST_P(TranslationExecutorTest, YieldsBetweenDecoderPositionsAndLeavesTheWaitOutOfItsSeconds) {
   const int encoder_steps = 2, steps = 2;
   ExecBatch batch{scheduler::Solver::kEuler, {RowOf(1, encoder_steps, steps, 1, 4)}};
   int yields = 0;
