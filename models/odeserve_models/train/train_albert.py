@@ -18,6 +18,10 @@ Two phases, time-budgeted (`--max-minutes` covers everything, setup and final wr
    (`--kd-weight`, `--kd-temp`) plus `--mse-weight` times the mean squared distance of its final
    token states to the L-step ones, their weight ramped up over the first `--robust-ramp` steps.
    Fewer steps approximate L; nothing asks L to approximate them.
+   `--recipe sampled` fine-tunes instead as `train` does (one n per batch, cross-entropy at n):
+   the comparison at equal wall-clock. Fork one pre-trained checkpoint for it: run with
+   `--stop-after-pretraining`, copy the --out folder, then resume each copy with its --recipe
+   and the same --max-minutes.
 
 Tokenizer: a SentencePiece unigram model trained here on the same multilingual training split, in
 ALBERT's layout (<pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4 as control symbols, nmt_nfkc), on
@@ -91,7 +95,7 @@ from odeserve_models.progress import progress_log
 
 PAIR_LANGS = ["de", "fr", "it", "da", "es", "pt", "ru", "pl", "ja", "cs", "nl", "fi", "sv"]
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
-PER_INVOCATION = ("resume", "check_hf", "max_minutes", "reserve_minutes", "log", "out")
+PER_INVOCATION = ("resume", "check_hf", "max_minutes", "reserve_minutes", "log", "out", "stop_after_pretraining")
 FIXED_ON_RESUME = ("vocab", "emb", "hidden", "heads", "ffn", "depth", "max_len", "corpus_limit", "spm_sentences",
                    "spm_max_chars", "val_rows", "seed", "pretrain_frac")
 TOKENIZER_CONFIG = {"do_lower_case": True, "keep_accents": False, "remove_space": True,
@@ -138,6 +142,13 @@ def parse(argv=None):
     ap.add_argument("--kd-weight", type=float, default=1.0)
     ap.add_argument("--kd-temp", type=float, default=1.0)
     ap.add_argument("--mse-weight", type=float, default=0.1)
+    ap.add_argument("--recipe", default="depth-first", choices=["depth-first", "sampled"],
+                    help="fine-tuning: depth-first (above), or sampled, the recipe of `train` (odeserve_models/train/"
+                         "train.py) for the comparison at equal wall-clock: one n per batch, n = L with "
+                         "--p-full, else 1..L-1 weighted 1/n, cross-entropy at n only")
+    ap.add_argument("--p-full", type=float, default=0.3, help="sampled recipe: P(n = L)")
+    ap.add_argument("--stop-after-pretraining", action="store_true",
+                    help="save and exit at the switch to fine-tuning (fork the checkpoint there to compare recipes)")
     ap.add_argument("--robust-ramp", type=int, default=200,
                     help="fine-tuning steps over which the small-step terms' weight grows from 0 to --kd-weight "
                          "(they would otherwise pull toward a trivial field before the L-step classifier has learnt anything)")
@@ -772,6 +783,9 @@ def main(argv=None) -> int:
             state.update(phase="finetune", phase_step=0)
             opt = make_opt("finetune")
             save("pre-training done")
+            if a.stop_after_pretraining:
+                say("pre-training done: stopping (--stop-after-pretraining); resume to fine-tune")
+                return 0
             say("fine-tuning: batch %d, lr %.1e, small steps %s, kd %.2f (T %.1f) ramped over %d steps, mse %.2f" % (
                 a.batch, a.lr, a.small_steps, a.kd_weight, a.kd_temp, a.robust_ramp, a.mse_weight))
             window, t_phase = [], time.time()
@@ -794,6 +808,15 @@ def main(argv=None) -> int:
                 logits = model.mlm_logits(h[rows, cols])
             loss = F.cross_entropy(logits, tgt)
             metrics = dict(mlm=loss.item(), acc=float((logits.argmax(-1) == tgt).float().mean()), tokens=x.numel())
+        elif a.recipe == "sampled":
+            idx = ft_batches.next()
+            x, m = collate([sec_ids[i] for i in idx])
+            y = torch.tensor([sec_y[i] for i in idx])
+            n = L if L == 1 or rng.random() < a.p_full else rng.choices(range(1, L), weights=[1.0 / k for k in range(1, L)])[0]
+            with autocast():
+                z = model.classify(model.integrate(model.input_stage(x), model.mask_bias(m), n), dropout=True)
+                loss = ce = F.cross_entropy(z, y)
+            metrics = dict(ce=ce.item(), acc=float((z.argmax(-1) == y).float().mean()), n=n, tokens=x.numel())
         else:
             idx = ft_batches.next()
             x, m = collate([sec_ids[i] for i in idx])
