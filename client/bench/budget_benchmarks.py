@@ -7,7 +7,9 @@ document with every figure (and writes each bench report + SVG under --out):
   1. full-depth batch-1 latency B1 (closed loop, concurrency 1, steps = L);
   2. saturation throughput at full depth (closed-loop sweep);
   3. at 70% of saturation, open loop, budgets 0.5x/1x/2x/4x B1: the adaptive policy (server picks
-     steps) vs a fixed full-depth policy, same arrivals (same seed);
+     steps) vs fixed full-depth and fixed 1-step policies, same arrivals (same seed); per class the
+     hit rate and the quality delivered (the mean profile quality of the (solver, steps) each
+     answer was computed with; GetModel's measured profile);
      3b. the adaptive policy again on a copy of the repository with batching.continuous_batching
      off for --model (queued calls wait for the running batch to end instead of joining it);
      3c. mixed tenants, with and without continuous batching: calls that request full depth
@@ -176,13 +178,39 @@ def repository_copy(src, out, name, model, edit):
     return repo
 
 
-def adaptive_summary(report):
+def profile_quality(model_info):
+    """GetModel's measured quality points as {"euler-4": value}, keyed as odeserve-bench keys the
+    (solver, steps) choices; {} for a model without a measured profile. Translation points (which
+    also vary decoder steps and beams) are left out."""
+    if not model_info.get("quality_profile_measured", model_info.get("qualityProfileMeasured", False)):
+        return {}
+    quality = {}
+    for point in model_info.get("quality_profile", model_info.get("qualityProfile", [])):
+        if point.get("decoder_steps", point.get("decoderSteps")) or point.get("beam_size", point.get("beamSize")):
+            continue
+        solver = str(point.get("solver", "EULER")).lower()
+        quality["%s-%d" % (solver, int(point.get("steps", 0)))] = float(point.get("value", 0.0))
+    return quality
+
+
+def delivered_quality(choices, quality):
+    """The mean profile quality of the answers a class was served with: each call counts at the
+    measured quality of the (solver, steps) the server ran. None where nothing was reported or
+    a choice has no measured point (a call's quality is then unknown, not zero)."""
+    calls = sum(choices.values())
+    if not calls or not quality or any(choice not in quality for choice in choices):
+        return None
+    return sum(quality[choice] * n for choice, n in choices.items()) / calls
+
+
+def adaptive_summary(report, quality=None):
     return {"hit_rate": report["overall"]["client_hit_rate"],
             "throughput_rps": report["throughput_rps"],
             "errors": report["overall"]["errors"],
             "by_class": {k: {"hit_rate": v["client_hit_rate"], "mean_steps": v["steps"]["mean"],
                              "mean_field_evaluations": v["field_evaluations"]["mean"],
-                             "choices": v["choice_histogram"], "p99_ms": v["latency_ms"]["p99"]}
+                             "choices": v["choice_histogram"], "p99_ms": v["latency_ms"]["p99"],
+                             "delivered_quality": delivered_quality(v["choice_histogram"], quality or {})}
                          for k, v in class_table(report).items()}}
 
 
@@ -241,6 +269,8 @@ def main():
     depth = int(model_info.get("trained_depth", model_info.get("trainedDepth")))
     max_steps = int(model_info.get("max_steps", model_info.get("maxSteps")))
     result["trained_depth"] = depth
+    quality = profile_quality(model_info)
+    result["quality_profile"] = quality
     # GetModel: whether the main server's runs join queued calls into running batches.
     result["continuous_batching"] = bool(model_info.get("continuous_batching", model_info.get("continuousBatching", False)))
 
@@ -268,11 +298,19 @@ def main():
     # 3. Adaptive vs fixed full depth at 70% of saturation, same arrivals.
     common = ["--rate", "%.2f" % rate, "--duration", args.duration, "--warmup", "3s", "--budgets", budget_arg]
     adaptive = bench.run("adaptive-70pct", server, common)
-    fixed = bench.run("fixed-full-depth-70pct", server, common + ["--steps", str(depth)])
-    result["adaptive_70pct"] = adaptive_summary(adaptive)
-    result["fixed_full_depth_70pct"] = {"hit_rate": fixed["overall"]["client_hit_rate"],
-                                        "by_class": {k: {"hit_rate": v["client_hit_rate"], "p99_ms": v["latency_ms"]["p99"]}
-                                                     for k, v in class_table(fixed).items()}}
+    result["adaptive_70pct"] = adaptive_summary(adaptive, quality)
+    # The fixed policies it is compared with: what each delivers (hit rate and the quality of its
+    # answers) at the same arrivals.
+    fixed_runs = {}
+    for steps in sorted({1, depth}):
+        fixed = bench.run("fixed-full-depth-70pct" if steps == depth else "fixed-%d-70pct" % steps, server,
+                          common + ["--steps", str(steps)])
+        fixed_runs[steps] = fixed
+        result["fixed_full_depth_70pct" if steps == depth else "fixed_%d_step_70pct" % steps] = {
+            "hit_rate": fixed["overall"]["client_hit_rate"],
+            "by_class": {k: {"hit_rate": v["client_hit_rate"], "p99_ms": v["latency_ms"]["p99"],
+                             "delivered_quality": delivered_quality(v["choice_histogram"], quality)}
+                         for k, v in class_table(fixed).items()}}
 
     # 3b. The same adaptive run without continuous batching (its own server, same arrivals).
     if "nojoin" not in skip:
@@ -308,7 +346,7 @@ def main():
     if "oracle" not in skip:
         per_steps = {}
         for steps in range(1, max_steps + 1):
-            r = bench.run("fixed-%d-70pct" % steps, server, common + ["--steps", str(steps)])
+            r = fixed_runs.get(steps) or bench.run("fixed-%d-70pct" % steps, server, common + ["--steps", str(steps)])
             per_steps[steps] = {k: v["client_hit_rate"] for k, v in class_table(r).items()}
         oracle = {}
         for label in class_table(adaptive):

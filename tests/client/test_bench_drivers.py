@@ -38,6 +38,31 @@ class OverOracle(unittest.TestCase):
                          {"5ms": None, "20ms": 1.0, "40ms": None})
 
 
+class DeliveredQuality(unittest.TestCase):
+    def model(self, points, measured=True):
+        return {"qualityProfileMeasured": measured, "qualityProfile": points}
+
+    def test_the_profile_is_keyed_as_the_bench_keys_its_choices(self):
+        info = self.model([{"solver": "EULER", "steps": 1, "value": 0.6},
+                           {"solver": "HEUN", "steps": 4, "value": 0.8},
+                           # translation points (decoder steps, beams) are not encoder choices
+                           {"solver": "EULER", "steps": 4, "value": 30.0, "decoderSteps": 4, "beamSize": 1}])
+        self.assertEqual(budget_benchmarks.profile_quality(info), {"euler-1": 0.6, "heun-4": 0.8})
+
+    def test_an_unmeasured_profile_gives_nothing(self):
+        self.assertEqual(budget_benchmarks.profile_quality(self.model([{"solver": "EULER", "steps": 1}], False)), {})
+
+    def test_each_answer_counts_at_the_quality_of_its_choice(self):
+        quality = {"euler-1": 0.6, "euler-8": 0.8}
+        self.assertAlmostEqual(budget_benchmarks.delivered_quality({"euler-1": 3, "euler-8": 1}, quality), 0.65)
+
+    def test_an_unmeasured_choice_or_no_answer_is_unknown_not_zero(self):
+        quality = {"euler-1": 0.6}
+        self.assertIsNone(budget_benchmarks.delivered_quality({"euler-1": 3, "rk4-2": 1}, quality))
+        self.assertIsNone(budget_benchmarks.delivered_quality({}, quality))
+        self.assertIsNone(budget_benchmarks.delivered_quality({"euler-1": 3}, {}))
+
+
 class Describe(unittest.TestCase):
     def report(self, **overrides):
         latency = {"p50": overrides.get("p50", 3.0), "p99": overrides.get("p99", 9.0)}
