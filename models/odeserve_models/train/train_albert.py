@@ -95,7 +95,8 @@ from odeserve_models.progress import progress_log
 
 PAIR_LANGS = ["de", "fr", "it", "da", "es", "pt", "ru", "pl", "ja", "cs", "nl", "fi", "sv"]
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
-PER_INVOCATION = ("resume", "check_hf", "max_minutes", "reserve_minutes", "log", "out", "stop_after_pretraining")
+PER_INVOCATION = ("resume", "check_hf", "max_minutes", "reserve_minutes", "log", "out", "stop_after_pretraining",
+                  "pretrain_minutes")
 FIXED_ON_RESUME = ("vocab", "emb", "hidden", "heads", "ffn", "depth", "max_len", "corpus_limit", "spm_sentences",
                    "spm_max_chars", "val_rows", "seed", "pretrain_frac")
 TOKENIZER_CONFIG = {"do_lower_case": True, "keep_accents": False, "remove_space": True,
@@ -149,6 +150,9 @@ def parse(argv=None):
     ap.add_argument("--p-full", type=float, default=0.3, help="sampled recipe: P(n = L)")
     ap.add_argument("--stop-after-pretraining", action="store_true",
                     help="save and exit at the switch to fine-tuning (fork the checkpoint there to compare recipes)")
+    ap.add_argument("--pretrain-minutes", type=float, default=0,
+                    help="on --resume in pre-training: end pre-training after this many of its minutes in all "
+                         "(replaces the checkpoint's plan; the learning-rate schedule follows the new length)")
     ap.add_argument("--robust-ramp", type=int, default=200,
                     help="fine-tuning steps over which the small-step terms' weight grows from 0 to --kd-weight "
                          "(they would otherwise pull toward a trivial field before the L-step classifier has learnt anything)")
@@ -165,6 +169,27 @@ def parse(argv=None):
         a.small_steps = sorted({1, 2, max(1, a.depth // 2)})
     a.small_steps = [n for n in a.small_steps if 1 <= n < a.depth]
     return a
+
+
+def resumed_plan(budget, elapsed, phase, available, pretrain_seconds=0.0, stop_after_pretraining=False):
+    """The phases' time budgets (seconds) for a resumed run, and the factor its remaining plan was
+    shrunk by (1.0: it fits). `pretrain_seconds` > 0 replaces pre-training's total while in it.
+    The phases this invocation runs (pre-training only with `stop_after_pretraining`; fine-tuning
+    only once in it) are shrunk proportionally to fit `available`; the others keep their plan."""
+    budget = dict(budget)
+    if pretrain_seconds > 0 and phase == "pretrain":
+        budget["pretrain"] = max(elapsed["pretrain"], pretrain_seconds)
+    left = {p: max(0.0, budget[p] - elapsed[p]) for p in ("pretrain", "finetune")}
+    if phase == "finetune":
+        left["pretrain"] = 0.0
+    if stop_after_pretraining:
+        left["finetune"] = 0.0  # not run by this invocation: its plan is shrunk when it is
+    if sum(left.values()) <= available:
+        return budget, 1.0
+    scale = max(0.0, available) / sum(left.values())
+    for p in (p for p in left if left[p] > 0):
+        budget[p] = elapsed[p] + scale * left[p]
+    return budget, scale
 
 
 # ----------------------------------------------------------------------------------------------
@@ -675,14 +700,12 @@ def main(argv=None) -> int:
         opt = make_opt(state["phase"])
         opt.load_state_dict(ck["opt"])
         rng.setstate(ck["rng"]); torch.set_rng_state(ck["torch_rng"])
-        left = {p: max(0.0, state["budget"][p] - state["elapsed"][p]) for p in ("pretrain", "finetune")}
-        if state["phase"] == "finetune":
-            left["pretrain"] = 0.0
-        avail = deadline - time.time() - reserve
-        if sum(left.values()) > avail:
-            scale = max(0.0, avail) / sum(left.values())
-            for p in left:
-                state["budget"][p] = state["elapsed"][p] + scale * left[p]
+        if a.pretrain_minutes > 0 and state["phase"] == "pretrain":
+            say("pre-training plan set to %.1f min (--pretrain-minutes)" % a.pretrain_minutes)
+        state["budget"], scale = resumed_plan(state["budget"], state["elapsed"], state["phase"],
+                                              deadline - time.time() - reserve, 60 * a.pretrain_minutes,
+                                              a.stop_after_pretraining)
+        if scale < 1.0:
             say("remaining plan shrunk by %.2f to fit --max-minutes" % scale)
         say("resumed in %s at step %d (phase step %d)" % (state["phase"], state["step"], state["phase_step"]))
     say("plan: pre-training %.1f min, fine-tuning %.1f min (elapsed %.1f / %.1f), reserve %.1f min" % (
