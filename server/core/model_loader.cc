@@ -147,7 +147,7 @@ absl::Status LoadModule(const fs::path& dir, const torch::Device& device, bool n
     }
     absl::StatusOr<std::string> decoder = model->UseNativeDecoder();
     if (decoder.ok()) {
-      s.native_field = absl::StrCat(s.native_field.empty() ? "torchscript" : s.native_field, ", decoder native ", *decoder);
+      s.native_decoder = *decoder;
     } else if (!absl::IsNotFound(decoder.status())) {
       return absl::InvalidArgumentError(
           absl::StrCat((dir / config.torchscript_file()).string(), ": ", decoder.status().message()));

@@ -35,9 +35,10 @@ struct Servable {
   v1::ComputePrecision precision = v1::FLOAT32;
   // Weight tensors kept in bfloat16 for a bfloat16 model (TorchModel::StoreProductWeightsInBfloat16).
   int bfloat16_weight_tensors = 0;
-  // The shared block evaluated natively (TorchModel::UseNativeField), empty for the TorchScript one;
-  // a translator adds ", decoder native pre_ln_cross" (TorchModel::UseNativeDecoder).
+  // The shared block evaluated natively (TorchModel::UseNativeField), and a translator's decoder
+  // block (TorchModel::UseNativeDecoder); empty where the TorchScript one runs.
   std::string native_field;
+  std::string native_decoder;
   // Batches run at token lengths that are multiples of this (config, or its default).
   int pad_to_multiple = 1;
   // Where config.steps().default_steps (and the decoder's) came from.

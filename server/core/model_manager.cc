@@ -11,6 +11,15 @@
 namespace odeserve::core {
 namespace fs = std::filesystem;
 
+namespace {
+
+// The load log's name for how a shared block runs: "native pre_ln", or "torchscript".
+std::string FieldLabel(const std::string& native) {
+  return native.empty() ? std::string("torchscript") : absl::StrCat("native ", native);
+}
+
+}  // namespace
+
 ModelManager::ModelManager(ModelManagerOptions options)
     : options_(std::move(options)),
       gate_(std::make_shared<scheduler::ComputeGate>(std::max(1, options_.compute_slots))) {}
@@ -50,9 +59,10 @@ absl::Status ModelManager::LoadAll() {
                            entry->servable->bfloat16_weight_tensors > 0
                                ? absl::StrCat(" (", entry->servable->bfloat16_weight_tensors, " weights stored bfloat16)")
                                : "",
-                           " field=", entry->servable->native_field.empty()
-                                          ? std::string("torchscript")
-                                          : absl::StrCat("native ", entry->servable->native_field),
+                           " field=", FieldLabel(entry->servable->native_field),
+                           entry->servable->model->has_decoder()
+                               ? absl::StrCat(" decoder_field=", FieldLabel(entry->servable->native_decoder))
+                               : "",
                            " load=",
                            absl::StrFormat("%.2fs", seconds)));
     } else {

@@ -82,11 +82,6 @@ torch::Tensor SplitHeads(const torch::Tensor& x, int64_t heads) {
   return x.view({x.size(0), x.size(1), heads, x.size(2) / heads}).transpose(1, 2);
 }
 
-// [B, T] mask (1 token, 0 pad) -> additive attention bias [B, 1, 1, T], as families.mask_bias.
-torch::Tensor MaskBias(const torch::Tensor& mask) {
-  return at::mul(at::sub(mask, 1.0), 1e9).unsqueeze(1).unsqueeze(2);
-}
-
 // Multi-head self-attention context [B, T, H] of the fused projection `qkv` [B, T, 3H].
 torch::Tensor AttentionContext(const torch::Tensor& qkv, const torch::Tensor& bias, int64_t heads, double scale) {
   const int64_t B = qkv.size(0), T = qkv.size(1), H = qkv.size(2) / 3;
@@ -99,6 +94,10 @@ torch::Tensor AttentionContext(const torch::Tensor& qkv, const torch::Tensor& bi
 }
 
 }  // namespace
+
+torch::Tensor MaskBias(const torch::Tensor& mask) {
+  return at::mul(at::sub(mask, 1.0), 1e9).unsqueeze(1).unsqueeze(2);
+}
 
 absl::StatusOr<std::unique_ptr<NativeField>> NativeField::FromModule(const torch::jit::Module& module) {
   ASSIGN_OR_RETURN(const std::string kind, Declared(module, kAttribute));

@@ -17,6 +17,9 @@
 
 namespace odeserve::runtime {
 
+/// [B, T] mask (1 token, 0 pad) -> additive attention bias [B, 1, 1, T], as families.mask_bias.
+torch::Tensor MaskBias(const torch::Tensor& mask);
+
 class NativeField {
  public:
   enum class Kind {

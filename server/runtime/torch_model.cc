@@ -293,7 +293,7 @@ absl::StatusOr<std::string> TorchModel::UseNativeDecoder() {
     const torch::Tensor cache_v = Probe({2, heads, 3, head_dim}, 3, device_);
     const torch::Tensor cross_k = Probe({2, heads, 5, head_dim}, 4, device_);
     const torch::Tensor cross_v = Probe({2, heads, 5, head_dim}, 5, device_);
-    const torch::Tensor cross_bias = at::mul(at::sub(ProbeMask(5, device_), 1.0), 1e9).unsqueeze(1).unsqueeze(2);
+    const torch::Tensor cross_bias = MaskBias(ProbeMask(5, device_));
     PrecisionScope precision(precision_, device_);
     const DecoderFieldResult script = [&] {
       const auto out = (*decoder_field_)({g, cache_k, cache_v, cross_k, cross_v, cross_bias}).toTuple();
