@@ -178,19 +178,21 @@ def repository_copy(src, out, name, model, edit):
     return repo
 
 
-def profile_quality(model_info):
-    """GetModel's measured quality points as {"euler-4": value}, keyed as odeserve-bench keys the
-    (solver, steps) choices; {} for a model without a measured profile. Translation points (which
-    also vary decoder steps and beams) are left out."""
+def profile_quality(model_info, metric=""):
+    """GetModel's measured quality points of one metric as {"euler-4": value}, keyed as
+    odeserve-bench keys the (solver, steps) choices, and that metric: `metric`, or the first
+    point's (profiles list the primary metric first; GetModel does not name it). ({}, "") for a
+    model without a measured profile. Translation points (which also vary decoder steps and
+    beams) are left out."""
     if not model_info.get("quality_profile_measured", model_info.get("qualityProfileMeasured", False)):
-        return {}
-    quality = {}
-    for point in model_info.get("quality_profile", model_info.get("qualityProfile", [])):
-        if point.get("decoder_steps", point.get("decoderSteps")) or point.get("beam_size", point.get("beamSize")):
-            continue
-        solver = str(point.get("solver", "EULER")).lower()
-        quality["%s-%d" % (solver, int(point.get("steps", 0)))] = float(point.get("value", 0.0))
-    return quality
+        return {}, ""
+    points = [p for p in model_info.get("quality_profile", model_info.get("qualityProfile", []))
+              if "solver" in p and "value" in p
+              and not (p.get("decoder_steps", p.get("decoderSteps")) or p.get("beam_size", p.get("beamSize")))]
+    metric = metric or (points[0].get("metric", "") if points else "")
+    quality = {"%s-%d" % (str(p["solver"]).lower(), int(p.get("steps", 0))): float(p["value"])
+               for p in points if p.get("metric", "") == metric}
+    return quality, metric
 
 
 def delivered_quality(choices, quality):
@@ -203,14 +205,16 @@ def delivered_quality(choices, quality):
     return sum(quality[choice] * n for choice, n in choices.items()) / calls
 
 
-def adaptive_summary(report, quality=None):
+def policy_summary(report, quality=None):
+    """One policy's run (adaptive or fixed steps): hit rates, the steps it ran and, per class, the
+    quality it delivered."""
     return {"hit_rate": report["overall"]["client_hit_rate"],
             "throughput_rps": report["throughput_rps"],
             "errors": report["overall"]["errors"],
             "by_class": {k: {"hit_rate": v["client_hit_rate"], "mean_steps": v["steps"]["mean"],
                              "mean_field_evaluations": v["field_evaluations"]["mean"],
                              "choices": v["choice_histogram"], "p99_ms": v["latency_ms"]["p99"],
-                             "delivered_quality": delivered_quality(v["choice_histogram"], quality or {})}
+                             "delivered_quality": delivered_quality(v["choice_histogram"], quality)}
                          for k, v in class_table(report).items()}}
 
 
@@ -247,6 +251,8 @@ def main():
     ap.add_argument("--duration", default="20s")
     ap.add_argument("--out", default="")
     ap.add_argument("--server_flags", default="", help="extra odeserve flags, space-separated")
+    ap.add_argument("--quality_metric", default="",
+                    help="the profile metric the delivered quality is read in (default: the profile's first)")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: nojoin,oracle,batching,overload")
     args = ap.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="odeserve-budget-bench-")
@@ -269,7 +275,7 @@ def main():
     depth = int(model_info.get("trained_depth", model_info.get("trainedDepth")))
     max_steps = int(model_info.get("max_steps", model_info.get("maxSteps")))
     result["trained_depth"] = depth
-    quality = profile_quality(model_info)
+    quality, result["quality_metric"] = profile_quality(model_info, args.quality_metric)
     result["quality_profile"] = quality
     # GetModel: whether the main server's runs join queued calls into running batches.
     result["continuous_batching"] = bool(model_info.get("continuous_batching", model_info.get("continuousBatching", False)))
@@ -298,26 +304,19 @@ def main():
     # 3. Adaptive vs fixed full depth at 70% of saturation, same arrivals.
     common = ["--rate", "%.2f" % rate, "--duration", args.duration, "--warmup", "3s", "--budgets", budget_arg]
     adaptive = bench.run("adaptive-70pct", server, common)
-    result["adaptive_70pct"] = adaptive_summary(adaptive, quality)
-    # The fixed policies it is compared with: what each delivers (hit rate and the quality of its
-    # answers) at the same arrivals.
-    fixed_runs = {}
-    for steps in sorted({1, depth}):
-        fixed = bench.run("fixed-full-depth-70pct" if steps == depth else "fixed-%d-70pct" % steps, server,
-                          common + ["--steps", str(steps)])
-        fixed_runs[steps] = fixed
-        result["fixed_full_depth_70pct" if steps == depth else "fixed_%d_step_70pct" % steps] = {
-            "hit_rate": fixed["overall"]["client_hit_rate"],
-            "by_class": {k: {"hit_rate": v["client_hit_rate"], "p99_ms": v["latency_ms"]["p99"],
-                             "delivered_quality": delivered_quality(v["choice_histogram"], quality)}
-                         for k, v in class_table(fixed).items()}}
+    result["adaptive_70pct"] = policy_summary(adaptive, quality)
+    # The fixed policies it is compared with, at the same arrivals (the oracle reuses these runs).
+    fixed_runs = {steps: bench.run("fixed-%d-70pct" % steps, server, common + ["--steps", str(steps)])
+                  for steps in sorted({1, depth})}
+    result["fixed_full_depth_70pct"] = policy_summary(fixed_runs[depth], quality)
+    result["fixed_1_step_70pct"] = policy_summary(fixed_runs[1], quality)
 
     # 3b. The same adaptive run without continuous batching (its own server, same arrivals).
     if "nojoin" not in skip:
         repo_nojoin = repository_copy(args.repository, out, "repo-no-joins", args.model,
                                       lambda text: text.replace("batching {", "batching {\n  continuous_batching: false", 1))
         s = start_server(repo_nojoin, "no-joins")
-        result["adaptive_70pct_without_continuous_batching"] = adaptive_summary(
+        result["adaptive_70pct_without_continuous_batching"] = policy_summary(
             bench.run("adaptive-70pct-no-joins", s, common))
         s.stop()
 
@@ -335,7 +334,7 @@ def main():
                                   "--budgets", "%.3fms,%.3fms" % (budgets[0], budgets[1])])
             full = Bench.finish(background)
             s.stop()
-            mixed[name] = {"budgeted": adaptive_summary(budgeted),
+            mixed[name] = {"budgeted": policy_summary(budgeted),
                            "full_depth": {"throughput_rps": full["throughput_rps"],
                                           "p50_ms": full["overall"]["latency_ms"]["p50"],
                                           "p99_ms": full["overall"]["latency_ms"]["p99"],

@@ -43,14 +43,21 @@ class DeliveredQuality(unittest.TestCase):
         return {"qualityProfileMeasured": measured, "qualityProfile": points}
 
     def test_the_profile_is_keyed_as_the_bench_keys_its_choices(self):
-        info = self.model([{"solver": "EULER", "steps": 1, "value": 0.6},
-                           {"solver": "HEUN", "steps": 4, "value": 0.8},
+        info = self.model([{"solver": "EULER", "steps": 1, "metric": "accuracy", "value": 0.6},
+                           {"solver": "EULER", "steps": 1, "metric": "macro_f1", "value": 0.5},
+                           {"solver": "HEUN", "steps": 4, "metric": "accuracy", "value": 0.8},
+                           {"solver": "HEUN", "steps": 4, "metric": "macro_f1", "value": 0.7},
                            # translation points (decoder steps, beams) are not encoder choices
-                           {"solver": "EULER", "steps": 4, "value": 30.0, "decoderSteps": 4, "beamSize": 1}])
-        self.assertEqual(budget_benchmarks.profile_quality(info), {"euler-1": 0.6, "heun-4": 0.8})
+                           {"solver": "EULER", "steps": 4, "metric": "accuracy", "value": 30.0,
+                            "decoderSteps": 4, "beamSize": 1}])
+        # One metric, the first listed (a profile lists its primary metric first), unless named.
+        self.assertEqual(budget_benchmarks.profile_quality(info), ({"euler-1": 0.6, "heun-4": 0.8}, "accuracy"))
+        self.assertEqual(budget_benchmarks.profile_quality(info, "macro_f1"),
+                         ({"euler-1": 0.5, "heun-4": 0.7}, "macro_f1"))
 
     def test_an_unmeasured_profile_gives_nothing(self):
-        self.assertEqual(budget_benchmarks.profile_quality(self.model([{"solver": "EULER", "steps": 1}], False)), {})
+        info = self.model([{"solver": "EULER", "steps": 1, "metric": "accuracy", "value": 0.6}], False)
+        self.assertEqual(budget_benchmarks.profile_quality(info), ({}, ""))
 
     def test_each_answer_counts_at_the_quality_of_its_choice(self):
         quality = {"euler-1": 0.6, "euler-8": 0.8}
